@@ -1,0 +1,1 @@
+"""workbench: diffusion-LM samplers and drafter alignment."""

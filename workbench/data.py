@@ -1,0 +1,97 @@
+"""Token data for LM training: the corpus splits as flat token arrays and fixed-length windows."""
+from __future__ import annotations
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .corpus import CorpusError, Document, by_split, load_corpus
+from .tokenizer import EOS_ID, encode_bytes
+
+
+def encode_documents(docs: list[Document], tokenizer=None, eos_id: int = EOS_ID) -> np.ndarray:
+    """Concatenate the token ids of ``docs`` separated by ``eos_id``: ``(total_tokens,)`` int32.
+
+    ``tokenizer=None`` uses the byte-level fast path (:func:`workbench.tokenizer.encode_bytes`).
+    """
+    parts = []
+    sep = np.array([eos_id], dtype=np.int32)
+    for d in docs:
+        ids = encode_bytes(d.text).astype(np.int32) if tokenizer is None else \
+            np.asarray(tokenizer(d.text, add_special_tokens=False)["input_ids"], dtype=np.int32)
+        parts += [ids, sep]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
+class RandomWindows(Dataset):
+    """``length`` windows of ``seq_len`` tokens at pseudo-random offsets; item ``i`` is always the same
+    window for a given ``seed`` (so a resumed run sees the same data stream)."""
+
+    def __init__(self, tokens: np.ndarray, seq_len: int, length: int, seed: int):
+        if len(tokens) <= seq_len:
+            raise CorpusError(f"split has {len(tokens)} tokens, fewer than one window of {seq_len}")
+        self.tokens, self.seq_len, self.length, self.seed = tokens, seq_len, length, seed
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        off = int(np.random.default_rng((self.seed, i)).integers(0, len(self.tokens) - self.seq_len))
+        return torch.from_numpy(self.tokens[off:off + self.seq_len].astype(np.int64))
+
+
+class EvenWindows(Dataset):
+    """``count`` windows of ``seq_len`` tokens evenly spaced over ``tokens`` (deterministic validation set)."""
+
+    def __init__(self, tokens: np.ndarray, seq_len: int, count: int):
+        if len(tokens) <= seq_len:
+            raise CorpusError(f"split has {len(tokens)} tokens, fewer than one window of {seq_len}")
+        self.tokens, self.seq_len = tokens, seq_len
+        self.offsets = np.linspace(0, len(tokens) - seq_len - 1, count).astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        o = int(self.offsets[i])
+        return torch.from_numpy(self.tokens[o:o + self.seq_len].astype(np.int64))
+
+
+class LMDataModule(pl.LightningDataModule):
+    """Random training windows from the train split; evenly spaced validation windows.
+
+    Args:
+        corpus: ``"stdlib"`` (default), a directory of source files or a ``.txt``/``.jsonl`` file.
+        seq_len: window length in tokens.
+        batch_size: windows per batch.
+        train_windows: virtual epoch length in windows.
+        val_windows: number of validation windows.
+        seed: data seed.
+        tokenizer: ``None`` for the byte-level fast path, else a Hugging Face tokenizer.
+        num_workers: DataLoader workers.
+    """
+
+    def __init__(self, corpus: str = "stdlib", seq_len: int = 256, batch_size: int = 16,
+                 train_windows: int = 1_000_000, val_windows: int = 64, seed: int = 0, tokenizer=None,
+                 num_workers: int = 0):
+        super().__init__()
+        self.corpus, self.seq_len, self.batch_size = corpus, seq_len, batch_size
+        self.train_windows, self.val_windows, self.seed = train_windows, val_windows, seed
+        self.tokenizer, self.num_workers = tokenizer, num_workers
+        self.train_tokens = self.val_tokens = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_tokens is not None:
+            return
+        docs = load_corpus(self.corpus)
+        self.train_tokens = encode_documents(by_split(docs, "train"), self.tokenizer)
+        self.val_tokens = encode_documents(by_split(docs, "validation"), self.tokenizer)
+
+    def train_dataloader(self) -> DataLoader:
+        ds = RandomWindows(self.train_tokens, self.seq_len, self.train_windows, self.seed)
+        return DataLoader(ds, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers, drop_last=True)
+
+    def val_dataloader(self) -> DataLoader:
+        ds = EvenWindows(self.val_tokens, self.seq_len, self.val_windows)
+        return DataLoader(ds, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)

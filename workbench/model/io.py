@@ -1,0 +1,81 @@
+"""Checkpoint I/O: ``save_pretrained`` directories with the tokenizer and a ``workbench.json``.
+
+``workbench.json`` holds the mask token id, the block lengths the model was trained with, the preset
+and the training recipe, so any tool can reload the model with plain ``AutoModelForCausalLM`` and
+``AutoTokenizer`` and still know how to decode it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from ..tokenizer import TokenizerError, require_mask_token
+from .trimode import TriModeLM
+
+WORKBENCH_JSON = "workbench.json"
+
+
+class CheckpointError(ValueError):
+    """Raised for a missing or non-Hugging-Face model path."""
+
+
+def save_checkpoint(model: TriModeLM, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path,
+                    meta: dict) -> Path:
+    """Write ``model`` (safetensors), ``tokenizer`` and ``workbench.json`` (``meta`` + mask token id) to ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.backbone.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    info = dict(meta)
+    info["mask_token_id"] = model.mask_token_id
+    (out / WORKBENCH_JSON).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def read_workbench_json(path: str | Path) -> dict:
+    """The checkpoint's ``workbench.json`` as a dict (empty for a plain HF checkpoint)."""
+    f = Path(path) / WORKBENCH_JSON
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def load_checkpoint(path: str | Path, add_mask_token: bool = False, device: str | torch.device = "cpu",
+                    dtype: torch.dtype = torch.float32) -> tuple[TriModeLM, PreTrainedTokenizerBase, dict]:
+    """Load any local Hugging Face causal-LM checkpoint as a :class:`TriModeLM`.
+
+    Args:
+        path: a ``save_pretrained`` directory (``config.json`` + weights + tokenizer files).
+        add_mask_token: add ``[MASK]`` to a tokenizer that lacks one and resize the embeddings.
+        device, dtype: where and how to place the weights.
+
+    Returns ``(model, tokenizer, workbench_meta)``.
+
+    Raises:
+        CheckpointError: the path does not exist or is not a Hugging Face checkpoint directory.
+        TokenizerError: the tokenizer has no mask token and ``add_mask_token`` is false.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"model path {p} does not exist; pass a local save_pretrained directory")
+    if not (p / "config.json").is_file():
+        raise CheckpointError(f"{p} is not a Hugging Face checkpoint (no config.json); pass a save_pretrained directory")
+    try:
+        tok = AutoTokenizer.from_pretrained(p)
+    except Exception as e:  # noqa: BLE001 - report any tokenizer loading failure in one line
+        raise CheckpointError(f"could not load a tokenizer from {p}: {type(e).__name__}: {e}") from None
+    meta = read_workbench_json(p)
+    added = tok.mask_token_id is None
+    mask_id = require_mask_token(tok, add=add_mask_token)
+    try:
+        backbone = AutoModelForCausalLM.from_pretrained(p, dtype=dtype)
+    except Exception as e:  # noqa: BLE001
+        raise CheckpointError(f"could not load a causal LM from {p}: {type(e).__name__}: {e}") from None
+    if added or mask_id >= backbone.get_input_embeddings().num_embeddings:
+        backbone.resize_token_embeddings(len(tok))
+    backbone.to(device).eval()
+    return TriModeLM(backbone, mask_id), tok, meta
+
+
+__all__ = ["CheckpointError", "TokenizerError", "load_checkpoint", "save_checkpoint", "read_workbench_json"]

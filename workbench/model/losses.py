@@ -1,0 +1,73 @@
+"""Losses of the joint AR + block-diffusion objective as pure functions (NLD Eq. 1–5).
+
+Token losses ``ℓ_{n,i}`` are averaged in one of two ways (NLD §2.1):
+
+* ``"global"`` (Eq. 5, default): ``Σ_{n,i} ℓ_{n,i} / Σ_n L_n``, every contributing token in the batch
+  weighs the same;
+* ``"sequence"`` (Eq. 4): ``(1/N') Σ_n (Σ_i ℓ_{n,i} / L_n)`` over the ``N'`` sequences with at least one
+  contributing token.
+
+``L_n`` is the number of *loss-contributing* tokens of sequence ``n`` (valid next-token targets for
+the AR term, masked positions for the diffusion term). With a literal constant ``L`` both equations
+would coincide identically; the paper's point (§2.1) is that they differ because the number of noisy
+tokens varies with ``t``, so ``L_n`` counts contributing tokens.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+AVERAGING = ("global", "sequence")
+
+
+def _average(token_loss: torch.Tensor, weight: torch.Tensor, averaging: str) -> torch.Tensor:
+    """Average ``token_loss`` ``(N, L)`` over positions where ``weight`` ``(N, L)`` is True."""
+    w = weight.to(token_loss.dtype)
+    if averaging == "global":
+        return (token_loss * w).sum() / w.sum().clamp_min(1.0)
+    if averaging == "sequence":
+        per_seq = w.sum(dim=1)
+        has = per_seq > 0
+        seq_mean = (token_loss * w).sum(dim=1)[has] / per_seq[has]
+        return seq_mean.mean() if has.any() else token_loss.sum() * 0.0
+    raise ValueError(f"unknown loss averaging {averaging!r}; valid: {', '.join(AVERAGING)}")
+
+
+def ar_loss(logits: torch.Tensor, input_ids: torch.Tensor, valid: torch.Tensor | None = None,
+            averaging: str = "global") -> torch.Tensor:
+    """AR next-token loss (NLD Eq. 1) in nats per token.
+
+    Args:
+        logits: ``(N, L, V)`` AR logits; position ``i`` predicts token ``i + 1``.
+        input_ids: ``(N, L)`` the clean sequence.
+        valid: optional ``(N, L)`` bool, False at padding; the target at ``i + 1`` must be valid.
+        averaging: ``"global"`` (Eq. 5) or ``"sequence"`` (Eq. 4).
+
+    Returns a scalar tensor.
+    """
+    targets = input_ids[:, 1:]
+    tok = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(), reduction="none").view_as(targets)
+    weight = torch.ones_like(targets, dtype=torch.bool) if valid is None else valid[:, 1:]
+    return _average(tok, weight, averaging)
+
+
+def diffusion_loss(logits: torch.Tensor, input_ids: torch.Tensor, masked: torch.Tensor, t: torch.Tensor,
+                   averaging: str = "global") -> torch.Tensor:
+    """Block-diffusion loss (NLD Eq. 2): ``ℓ_{n,i} = -log p(x_i | x̃_t) / t`` on masked positions only.
+
+    Args:
+        logits: ``(N, L, V)`` diffusion logits of the noisy stream; position ``i`` predicts token ``i`` (no shift).
+        input_ids: ``(N, L)`` the clean sequence (targets).
+        masked: ``(N, L)`` bool, True where the noisy stream holds the mask token.
+        t: ``(N, L)`` noise level of each position's block, in (0, 1].
+        averaging: ``"global"`` (Eq. 5) or ``"sequence"`` (Eq. 4); contributing tokens = masked positions.
+
+    Returns a scalar tensor (nats, 1/t-weighted).
+    """
+    tok = F.cross_entropy(logits.flatten(0, 1).float(), input_ids.flatten(), reduction="none").view_as(input_ids)
+    return _average(tok / t, masked, averaging)
+
+
+def joint_loss(ar: torch.Tensor, diff: torch.Tensor, alpha: float) -> torch.Tensor:
+    """NLD Eq. 3: ``L = L_AR + α · L_diff`` (α = 0.3 in stage 2, 0 in stage 1)."""
+    return ar + alpha * diff

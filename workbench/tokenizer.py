@@ -1,0 +1,91 @@
+"""Tokenizers: the byte-level tokenizer of the embedded presets, BPE training, and mask-token checks.
+
+The byte-level tokenizer is a plain ``PreTrainedTokenizerFast`` (saved as ``tokenizer.json``) so any
+tool loads it with ``AutoTokenizer.from_pretrained``. Token id ``b`` (0 ≤ b < 256) is the UTF-8 byte
+``b``; the specials follow: ``[MASK]`` = 256, ``[SEP]`` = 257, ``[EOS]`` = 258 (also used as padding).
+:func:`encode_bytes` is the fast NumPy path for corpora and gives exactly the same ids.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+MASK_TOKEN, SEP_TOKEN, EOS_TOKEN = "[MASK]", "[SEP]", "[EOS]"
+BYTE_VOCAB = 256
+MASK_ID, SEP_ID, EOS_ID = 256, 257, 258
+
+
+class TokenizerError(ValueError):
+    """Raised for a tokenizer that cannot serve the workbench (e.g. no mask token)."""
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte → printable-unicode map used by the ByteLevel pre-tokenizer."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def byte_tokenizer() -> PreTrainedTokenizerFast:
+    """The byte-level tokenizer: 256 byte tokens (id = byte value) + ``[MASK]``, ``[SEP]``, ``[EOS]``."""
+    vocab = {ch: b for b, ch in _bytes_to_unicode().items()}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.add_special_tokens([AddedToken(t, special=True) for t in (MASK_TOKEN, SEP_TOKEN, EOS_TOKEN)])
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, mask_token=MASK_TOKEN, sep_token=SEP_TOKEN,
+                                   eos_token=EOS_TOKEN, pad_token=EOS_TOKEN)
+    if (fast.mask_token_id, fast.sep_token_id, fast.eos_token_id) != (MASK_ID, SEP_ID, EOS_ID):
+        raise TokenizerError("byte tokenizer special ids changed; expected [MASK]=256, [SEP]=257, [EOS]=258")
+    return fast
+
+
+def encode_bytes(text: str) -> np.ndarray:
+    """Byte-level token ids of ``text`` as ``(len(text.encode()),)`` uint16 (same ids as :func:`byte_tokenizer`)."""
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.uint16)
+
+
+def train_bpe_tokenizer(texts, vocab_size: int = 4096) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer (``tokenizers``) on an iterable of strings, with the same specials."""
+    from tokenizers import trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[MASK_TOKEN, SEP_TOKEN, EOS_TOKEN],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, mask_token=MASK_TOKEN, sep_token=SEP_TOKEN,
+                                   eos_token=EOS_TOKEN, pad_token=EOS_TOKEN)
+
+
+def is_byte_tokenizer(tok: PreTrainedTokenizerBase) -> bool:
+    """True if ``tok`` maps text to UTF-8 byte ids like :func:`byte_tokenizer` (enables the fast path)."""
+    try:
+        probe = "déf x():\n\treturn 1  # ✓"
+        return tok.mask_token_id == MASK_ID and tok(probe, add_special_tokens=False)["input_ids"] == encode_bytes(probe).tolist()
+    except Exception:
+        return False
+
+
+def require_mask_token(tok: PreTrainedTokenizerBase, add: bool = False) -> int:
+    """Return the tokenizer's mask token id.
+
+    Raises :class:`TokenizerError` when the tokenizer has no mask token and ``add`` is false; with
+    ``add=True`` a ``[MASK]`` special token is added (the caller must then resize the model's
+    embeddings to ``len(tok)``).
+    """
+    if tok.mask_token_id is not None:
+        return int(tok.mask_token_id)
+    if not add:
+        raise TokenizerError("the tokenizer has no mask token; rerun with --add-mask-token to add [MASK] "
+                             "(the model's embeddings are resized)")
+    tok.add_special_tokens({"mask_token": MASK_TOKEN})
+    return int(tok.mask_token_id)

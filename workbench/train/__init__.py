@@ -1,0 +1,1 @@
+"""Lightning training runs (one module per model kind)."""

@@ -1,0 +1,236 @@
+"""``workbench train lm``: the tri-mode LM training run (NLD §2: joint AR + block-diffusion objective,
+global loss averaging, two-stage schedule) as a Lightning module + a runner.
+
+The network is a plain :class:`~workbench.model.trimode.TriModeLM`; :class:`TriModeLMModule` owns only
+the loss, the stage schedule, metrics and logging.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
+
+from ..data import LMDataModule
+from ..model.io import load_checkpoint, save_checkpoint
+from ..model.losses import AVERAGING, ar_loss, diffusion_loss, joint_loss
+from ..model.noise import mask_blocks
+from ..model.presets import PRESETS, preset_config
+from ..model.trimode import TriModeLM
+from ..tokenizer import MASK_ID, byte_tokenizer
+from ..utils import RunDirError, prepare_run_dir
+
+
+@dataclass
+class LMTrainConfig:
+    """Configuration of a tri-mode LM training run (every field settable from YAML or the command line)."""
+
+    preset: str = "tiny"
+    """Model preset (micro, tiny, small) used when ``init_from`` is not given."""
+    init_from: str | None = None
+    """Start from this local Hugging Face checkpoint directory instead of a fresh preset."""
+    corpus: str = "stdlib"
+    """Corpus: 'stdlib', a directory of source files, or a .txt / .jsonl file."""
+    out_dir: str = "runs/train_lm"
+    """Run directory: resolved config, logs, Lightning checkpoints and the final model in ``model/``."""
+    seq_len: int = 256
+    """Training window length in tokens (must be a multiple of every block length)."""
+    batch_size: int = 16
+    """Windows per optimiser step."""
+    block_lengths: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
+    """Block lengths B; one is drawn per batch so one checkpoint decodes at every B."""
+    alpha: float = 0.3
+    """Diffusion loss weight in stage 2 (NLD Eq. 3)."""
+    stage1_steps: int = 4000
+    """Stage 1 (α = 0, AR only) lasts this many optimiser steps; stage 2 (α = ``alpha``) follows."""
+    max_steps: int = 8000
+    """Total optimiser steps."""
+    averaging: str = "global"
+    """Loss averaging: 'global' (NLD Eq. 5) or 'sequence' (Eq. 4)."""
+    t_min: float = 1e-3
+    """Lower end of the noise level t ~ U(t_min, 1)."""
+    lr: float = 1.5e-3
+    """Peak learning rate (AdamW)."""
+    min_lr_ratio: float = 0.1
+    """Cosine decay floor as a fraction of ``lr``."""
+    warmup_steps: int = 200
+    """Linear warm-up steps."""
+    weight_decay: float = 0.1
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Gradient-norm clip."""
+    val_every: int = 500
+    """Validate every this many optimiser steps."""
+    val_windows: int = 64
+    """Validation windows (held-out files)."""
+    val_block_length: int = 16
+    """Block length of the validation diffusion loss."""
+    precision: str = "bf16-mixed"
+    """Lightning precision: 'bf16-mixed' (autocast on CPU and GPU) or '32-true'."""
+    accelerator: str = "auto"
+    """Lightning accelerator ('cpu', 'gpu', 'auto')."""
+    checkpoint_every: int = 250
+    """Write ``checkpoints/last.ckpt`` every this many steps (resume point)."""
+    resume: bool = True
+    """Resume from ``out_dir/checkpoints/last.ckpt`` when it exists."""
+    seed: int = 0
+    """Seed for initialisation, data windows, block lengths and noise."""
+    max_time: str | None = None
+    """Optional wall-clock limit 'DD:HH:MM:SS' (training stops cleanly and can be resumed)."""
+    progress_bar: bool = True
+    """Show Lightning's progress bar."""
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` with a one-line reason for an inconsistent configuration."""
+        if self.init_from is None and self.preset not in PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; valid: {', '.join(PRESETS)}")
+        if self.averaging not in AVERAGING:
+            raise ValueError(f"unknown loss averaging {self.averaging!r}; valid: {', '.join(AVERAGING)}")
+        for b in [*self.block_lengths, self.val_block_length]:
+            if b <= 0 or self.seq_len % b:
+                raise ValueError(f"block length {b} must be positive and divide seq_len {self.seq_len}")
+        if not 0 <= self.stage1_steps <= self.max_steps:
+            raise ValueError(f"stage1_steps ({self.stage1_steps}) must lie in [0, max_steps={self.max_steps}]")
+
+
+def _generator(seed: int, step: int, salt: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(((seed * 1_000_003 + step) * 97 + salt) % (2**63 - 1))
+    return g
+
+
+class TriModeLMModule(pl.LightningModule):
+    """Loss, two-stage schedule, metrics and logging for a :class:`TriModeLM`.
+
+    Stage 1 (step < ``stage1_steps``): α = 0, a plain causal forward (AR loss only, half the compute of
+    the dual stream). Stage 2: the dual-stream forward with ``L_AR + α L_diff`` and a block length drawn
+    per batch from ``block_lengths``. Block length and noise come from generators seeded by the global
+    step, so a resumed run draws the same ones.
+    """
+
+    def __init__(self, model: TriModeLM, cfg: LMTrainConfig):
+        super().__init__()
+        self.model, self.cfg = model, cfg
+
+    def alpha_at(self, step: int) -> float:
+        return 0.0 if step < self.cfg.stage1_steps else self.cfg.alpha
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        step = self.global_step
+        alpha = self.alpha_at(step)
+        if alpha == 0.0:
+            loss = l_ar = ar_loss(self.model.causal_logits(batch), batch, averaging=self.cfg.averaging)
+            self.log_dict({"train/ar_loss": l_ar, "train/stage": 1.0}, prog_bar=True)
+        else:
+            g = _generator(self.cfg.seed, step, 1)
+            b = self.cfg.block_lengths[int(torch.randint(len(self.cfg.block_lengths), (1,), generator=g))]
+            noisy, masked, t = mask_blocks(batch.cpu(), b, self.model.mask_token_id, self.cfg.t_min, g)
+            noisy, masked, t = noisy.to(batch.device), masked.to(batch.device), t.to(batch.device)
+            ar_logits, diff_logits = self.model.dual_stream_logits(batch, noisy, b)
+            l_ar = ar_loss(ar_logits, batch, averaging=self.cfg.averaging)
+            l_diff = diffusion_loss(diff_logits, batch, masked, t, averaging=self.cfg.averaging)
+            loss = joint_loss(l_ar, l_diff, alpha)
+            self.log_dict({"train/ar_loss": l_ar, "train/diff_loss": l_diff, "train/stage": 2.0,
+                           "train/block_length": float(b)}, prog_bar=True)
+        self.log("train/loss", loss)
+        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+        return loss
+
+    def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+        b = self.cfg.val_block_length
+        l_ar = ar_loss(self.model.causal_logits(batch), batch)
+        g = _generator(self.cfg.seed, 10**9 + batch_idx, 2)
+        noisy, masked, t = mask_blocks(batch.cpu(), b, self.model.mask_token_id, self.cfg.t_min, g)
+        noisy, masked, t = noisy.to(batch.device), masked.to(batch.device), t.to(batch.device)
+        _, diff_logits = self.model.dual_stream_logits(batch, noisy, b)
+        l_diff = diffusion_loss(diff_logits, batch, masked, t)
+        # unweighted masked-token cross-entropy: the easiest diffusion number to read
+        ce = diffusion_loss(diff_logits, batch, masked, torch.ones_like(t))
+        n = batch.shape[0]
+        self.log_dict({"val/ar_loss": l_ar, "val/diff_loss": l_diff, "val/diff_ce": ce}, batch_size=n, prog_bar=True)
+
+    def configure_optimizers(self):
+        decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
+        no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": self.cfg.weight_decay},
+                                 {"params": no_decay, "weight_decay": 0.0}], lr=self.cfg.lr, betas=(0.9, 0.95))
+        cfg = self.cfg
+
+        def schedule(step: int) -> float:
+            if step < cfg.warmup_steps:
+                return (step + 1) / cfg.warmup_steps
+            frac = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps))
+            return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def build_model(cfg: LMTrainConfig):
+    """The :class:`TriModeLM` and tokenizer a run starts from (fresh preset or ``init_from``)."""
+    if cfg.init_from:
+        model, tok, _ = load_checkpoint(cfg.init_from, add_mask_token=False)
+        return model, tok
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(cfg.seed)
+    return TriModeLM(LlamaForCausalLM(preset_config(cfg.preset)), MASK_ID), byte_tokenizer()
+
+
+def train_lm(cfg: LMTrainConfig) -> Path:
+    """Run (or resume) a training run; returns the final model directory ``out_dir/model``.
+
+    Raises ``ValueError`` for an inconsistent config, :class:`~workbench.utils.RunDirError` for an
+    unwritable run directory, :class:`~workbench.corpus.CorpusError` for an empty corpus.
+    """
+    cfg.validate()
+    out = prepare_run_dir(cfg.out_dir)
+    (out / "config.yaml").write_text(_to_yaml(asdict(cfg)))
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    model, tok = build_model(cfg)
+    from .. import tokenizer as _t
+
+    data = LMDataModule(cfg.corpus, cfg.seq_len, cfg.batch_size, train_windows=cfg.max_steps * cfg.batch_size,
+                        val_windows=cfg.val_windows, seed=cfg.seed,
+                        tokenizer=None if _t.is_byte_tokenizer(tok) else tok)
+    module = TriModeLMModule(model, cfg)
+    ckpt_dir = out / "checkpoints"
+    ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=cfg.checkpoint_every,
+                           save_top_k=0, save_on_train_epoch_end=False)
+    trainer = pl.Trainer(max_steps=cfg.max_steps, accelerator=cfg.accelerator, devices=1,
+                         precision=cfg.precision, gradient_clip_val=cfg.grad_clip,
+                         val_check_interval=cfg.val_every, check_val_every_n_epoch=None,
+                         logger=[CSVLogger(out, name="logs", version=0), TensorBoardLogger(out, name="tb", version=0)],
+                         callbacks=[ckpt], enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
+                         max_time=cfg.max_time, num_sanity_val_steps=0, enable_model_summary=False)
+    last = ckpt_dir / "last.ckpt"
+    t0 = time.time()
+    trainer.fit(module, datamodule=data, ckpt_path=str(last) if cfg.resume and last.exists() else None)
+    wall = time.time() - t0
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    meta = {"preset": cfg.preset if not cfg.init_from else None, "init_from": cfg.init_from,
+            "block_lengths": list(cfg.block_lengths), "train_config": asdict(cfg),
+            "global_step": trainer.global_step, "final_metrics": metrics}
+    save_checkpoint(model, tok, out / "model", meta)
+    (out / "metrics.json").write_text(json.dumps({"global_step": trainer.global_step, "wall_s_this_run": wall,
+                                                  **metrics}, indent=2) + "\n")
+    log_csv = out / "logs" / "version_0" / "metrics.csv"
+    if log_csv.exists():
+        shutil.copy(log_csv, out / "model" / "training_log.csv")
+    return out / "model"
+
+
+def _to_yaml(d: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(d, sort_keys=False)
+
+
+__all__ = ["LMTrainConfig", "TriModeLMModule", "train_lm", "build_model", "RunDirError"]

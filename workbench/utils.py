@@ -1,0 +1,22 @@
+"""Small shared helpers: run directories, threads, timing."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+class RunDirError(OSError):
+    """Raised when a run directory cannot be created or written."""
+
+
+def prepare_run_dir(path: str | os.PathLike) -> Path:
+    """Create ``path`` (and parents) and check it is writable; raise :class:`RunDirError` otherwise."""
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=p, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise RunDirError(f"run directory {p} is not writable ({e.strerror or e}); choose another --out_dir") from None
+    return p
