@@ -52,9 +52,11 @@ def _cmd_train(argv: list[str]) -> int:
 
 
 def _commands():
-    from . import demo, evaluate  # noqa: F401
+    from . import demo
+    from .decoding import cli as decode_cli
+    from .evaluation import harness
 
-    return {"train": _cmd_train, "demo": demo.main, "evaluate": evaluate.main, "decode": evaluate.decode_main}
+    return {"train": _cmd_train, "demo": demo.main, "evaluate": harness.main, "decode": decode_cli.main}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,10 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
-    try:
-        commands = _commands() if cmd != "train" else {"train": _cmd_train}
-    except ImportError:
-        commands = {"train": _cmd_train}
+    commands = _commands()
     if cmd not in commands:
         print(f"workbench: unknown command {cmd!r}; valid: {', '.join(sorted(commands))}", file=sys.stderr)
         return 2

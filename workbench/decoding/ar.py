@@ -1,0 +1,86 @@
+"""AR decoding (NLD §3.1): greedy or sampled next-token generation with a KV cache."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .base import DecodeResult, autocast_for, check_lengths, left_pad
+
+
+@torch.no_grad()
+def ar_decode(model, prompts: list[list[int]], gen_len: int, temperature: float = 0.0, use_cache: bool = True,
+              real_continuation: list[list[int]] | None = None, block_length: int | None = None,
+              pad_id: int = 0, precision: str = "fp32", seed: int = 0) -> DecodeResult:
+    """Generate ``gen_len`` tokens per prompt, one token per forward.
+
+    Args:
+        model: a :class:`~workbench.model.trimode.TriModeLM`.
+        prompts: N prompts of token ids (any lengths; left-padded internally).
+        gen_len: tokens to generate per prompt.
+        temperature: 0 → greedy (argmax); > 0 → sample from ``softmax(logits / temperature)``.
+        use_cache: False recomputes the full sequence every step (reference for the cache test).
+        real_continuation: real-context mode: after every ``block_length`` generated tokens the context
+            is reset to the *real* continuation (the generated block is discarded from the context),
+            so degenerate output cannot feed itself. ``None`` → free-running.
+        block_length: block size of the real-context mode.
+        pad_id: id used for left padding (never attended to).
+        precision: 'fp32' or 'bf16' (autocast).
+        seed: sampling seed.
+
+    Returns a :class:`DecodeResult` (``forwards = gen_len`` per row, no extra forwards).
+    """
+    check_lengths(model, prompts, gen_len, block_length if real_continuation is not None else None)
+    dev = model.device
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    ids, valid = left_pad(prompts, pad_id, dev)
+    n = ids.shape[0]
+    real = torch.tensor(real_continuation, dtype=torch.long, device=dev) if real_continuation is not None else None
+    seg = block_length if real is not None else gen_len
+    out = torch.zeros((n, gen_len), dtype=torch.long, device=dev)
+    t0 = time.perf_counter()
+
+    def pick(logits: torch.Tensor) -> torch.Tensor:
+        if temperature <= 0:
+            return logits.argmax(-1)
+        probs = torch.softmax(logits.float() / temperature, dim=-1).cpu()
+        return torch.multinomial(probs, 1, generator=g).squeeze(-1).to(dev)
+
+    with autocast_for(dev, precision):
+        if use_cache:
+            cache = model.new_cache()
+            logits = model.extend(ids, cache, valid)[:, -1]
+            ctx_valid = valid
+            for start in range(0, gen_len, seg):
+                for j in range(start, start + seg):
+                    tok = pick(logits)
+                    out[:, j] = tok
+                    kv = torch.cat([ctx_valid, torch.ones((n, 1), dtype=torch.bool, device=dev)], 1)
+                    if j + 1 < start + seg:
+                        logits = model.extend(tok[:, None], cache, kv)[:, -1]
+                        ctx_valid = kv
+                    elif real is not None and j + 1 < gen_len:
+                        # real-context reset: drop the generated segment (all but its last token is
+                        # cached), then append the real segment
+                        if seg > 1:
+                            cache.crop(-(seg - 1))
+                            ctx_valid = ctx_valid[:, : ctx_valid.shape[1] - (seg - 1)]
+                        kv = torch.cat([ctx_valid, torch.ones((n, seg), dtype=torch.bool, device=dev)], 1)
+                        logits = model.extend(real[:, start:start + seg], cache, kv)[:, -1]
+                        ctx_valid = kv
+                    elif j + 1 < gen_len:
+                        logits = model.extend(tok[:, None], cache, kv)[:, -1]
+                        ctx_valid = kv
+        else:
+            for start in range(0, gen_len, seg):
+                base = real[:, :start] if real is not None else out[:, :start]
+                for j in range(start, start + seg):
+                    seq = torch.cat([ids, base, out[:, start:j]], 1)
+                    v = torch.cat([valid, torch.ones((n, seq.shape[1] - ids.shape[1]), dtype=torch.bool, device=dev)], 1)
+                    cache = model.new_cache()
+                    out[:, j] = pick(model.extend(seq, cache, v)[:, -1])
+    wall = time.perf_counter() - t0
+    toks = out.tolist()
+    return DecodeResult(tokens=toks, forwards=[gen_len] * n, extra_forwards=[0] * n,
+                        committed_per_step=[[1] * gen_len for _ in range(n)],
+                        step_tokens=[[[t] for t in row] for row in toks], wall_time=wall)

@@ -1,0 +1,88 @@
+"""Shared pieces of every decoding policy: the result record, batching of prompts, commit rules."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+
+
+class DecodeError(ValueError):
+    """Raised for invalid decoding arguments (block length, threshold, lengths)."""
+
+
+@dataclass
+class DecodeResult:
+    """What every decode returns, one entry per prompt (row).
+
+    Attributes:
+        tokens: generated ids per row, ``gen_len`` each.
+        forwards: denoising / AR forwards per row (the papers' NFE; prefill not counted).
+        extra_forwards: forwards that commit nothing by themselves per row (the per-block KV-commit
+            forward of block diffusion; the verify forward of self-speculation). ``tpf_real`` counts them.
+        committed_per_step: per row, the number of tokens committed at each forward.
+        step_tokens: per row, the token ids committed at each forward (for the whitespace analysis).
+        wall_time: seconds for the whole batch (all rows decoded in lockstep).
+    """
+
+    tokens: list[list[int]]
+    forwards: list[int]
+    extra_forwards: list[int]
+    committed_per_step: list[list[int]] = field(default_factory=list)
+    step_tokens: list[list[list[int]]] = field(default_factory=list)
+    wall_time: float = 0.0
+
+    def tpf(self, row: int) -> float:
+        """Tokens per (denoising) forward of ``row``."""
+        return len(self.tokens[row]) / max(1, self.forwards[row])
+
+    def tpf_real(self, row: int) -> float:
+        """Tokens per forward of ``row`` counting the KV-commit / verify forwards too."""
+        return len(self.tokens[row]) / max(1, self.forwards[row] + self.extra_forwards[row])
+
+
+def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad prompts to one length. Returns ``ids`` ``(N, P)`` and ``valid`` ``(N, P)`` bool."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise DecodeError("every prompt needs at least one token")
+    p_len = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), p_len), pad_id, dtype=torch.long)
+    valid = torch.zeros((len(prompts), p_len), dtype=torch.bool)
+    for i, p in enumerate(prompts):
+        ids[i, p_len - len(p):] = torch.tensor(p, dtype=torch.long)
+        valid[i, p_len - len(p):] = True
+    return ids.to(device), valid.to(device)
+
+
+def check_lengths(model, prompts: list[list[int]], gen_len: int, block_length: int | None = None) -> None:
+    """Validate lengths against the model context. Raises :class:`DecodeError` with a one-line reason."""
+    ctx = int(getattr(model.backbone.config, "max_position_embeddings", 1 << 30))
+    if gen_len <= 0:
+        raise DecodeError(f"generation length must be positive, got {gen_len}")
+    if block_length is not None:
+        if block_length <= 0:
+            raise DecodeError(f"block length must be positive, got {block_length}")
+        if block_length > ctx:
+            raise DecodeError(f"block length {block_length} is larger than the model context ({ctx} tokens)")
+        if gen_len % block_length:
+            raise DecodeError(f"block length {block_length} does not divide the generation length {gen_len}")
+    longest = max(len(p) for p in prompts) + gen_len
+    if longest > ctx:
+        raise DecodeError(f"prompt + generation = {longest} tokens exceeds the model context ({ctx}); "
+                          "shorten the prompt or the generation")
+
+
+def check_threshold(threshold: float) -> float:
+    """Confidence thresholds live in (0, 1]. Raises :class:`DecodeError` otherwise."""
+    if not (0.0 < float(threshold) <= 1.0):
+        raise DecodeError(f"threshold must be in (0, 1], got {threshold}")
+    return float(threshold)
+
+
+def autocast_for(device: torch.device, precision: str):
+    """``torch.autocast`` context for ``precision`` ('bf16' or 'fp32') on ``device``."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    raise DecodeError(f"unknown precision {precision!r}; valid: bf16, fp32")

@@ -1,0 +1,88 @@
+"""Block-diffusion decoding (NLD §3.2): blocks of ``B`` mask tokens denoised over the cached clean prefix,
+a commit rule deciding which positions to fill each forward, one causal KV-commit forward per block."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import torch
+
+from .base import DecodeResult, autocast_for, check_lengths, left_pad
+
+CommitRule = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@torch.no_grad()
+def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length: int, rule: CommitRule,
+                     real_continuation: list[list[int]] | None = None, use_cache: bool = True,
+                     pad_id: int = 0, precision: str = "fp32") -> DecodeResult:
+    """Decode ``gen_len`` tokens per prompt block by block.
+
+    Each block starts as ``B`` mask tokens. Every forward computes diffusion logits of the block over
+    the cached prefix (the cache is not grown), ``rule(probs, masked)`` picks positions to commit and
+    they receive their argmax token. When no mask is left, one causal forward of the filled block
+    extends the KV cache (counted in ``extra_forwards``, i.e. in ``tpf_real`` only). Rows advance in
+    lockstep; a row's forwards count only the steps in which it still had masked positions.
+
+    Args:
+        model: a :class:`~workbench.model.trimode.TriModeLM`.
+        prompts: N prompts of token ids.
+        gen_len: tokens to generate; must be a multiple of ``block_length``.
+        block_length: B, positions per block.
+        rule: commit rule (see :mod:`workbench.decoding.rules`).
+        real_continuation: real-context mode: the KV-commit forward appends the *real* block instead of
+            the generated one, so every block is conditioned on the real text before it.
+        use_cache: False recomputes the whole prefix every forward (reference for the cache test).
+        pad_id: left-padding id. precision: 'fp32' or 'bf16'.
+
+    Returns a :class:`DecodeResult`. Raises :class:`~workbench.decoding.base.DecodeError` on bad lengths.
+    """
+    check_lengths(model, prompts, gen_len, block_length)
+    dev = model.device
+    ids, valid = left_pad(prompts, pad_id, dev)
+    n, b = ids.shape[0], block_length
+    real = torch.tensor(real_continuation, dtype=torch.long, device=dev) if real_continuation is not None else None
+    out = torch.zeros((n, gen_len), dtype=torch.long, device=dev)
+    forwards, extra = [0] * n, [0] * n
+    per_step: list[list[int]] = [[] for _ in range(n)]
+    step_tok: list[list[list[int]]] = [[] for _ in range(n)]
+    ones = torch.ones((n, b), dtype=torch.bool, device=dev)
+    t0 = time.perf_counter()
+    with autocast_for(dev, precision):
+        cache = model.new_cache()
+        if use_cache:
+            model.extend(ids, cache, valid)
+        ctx_ids, ctx_valid = ids, valid
+        for start in range(0, gen_len, b):
+            block = torch.full((n, b), model.mask_token_id, dtype=torch.long, device=dev)
+            kv = torch.cat([ctx_valid, ones], 1)
+            masked = torch.ones((n, b), dtype=torch.bool, device=dev)
+            while masked.any():
+                if use_cache:
+                    logits = model.diffusion_logits(block, cache, kv)
+                else:
+                    fresh = model.new_cache()
+                    model.extend(ctx_ids, fresh, ctx_valid)
+                    logits = model.diffusion_logits(block, fresh, kv)
+                probs = torch.softmax(logits.float(), dim=-1)
+                commit = rule(probs, masked) & masked
+                top = probs.argmax(dim=-1)
+                block = torch.where(commit, top, block)
+                active = masked.any(dim=1).tolist()
+                counts = commit.sum(dim=1).tolist()
+                for r in range(n):
+                    if active[r]:
+                        forwards[r] += 1
+                        per_step[r].append(int(counts[r]))
+                        step_tok[r].append(top[r][commit[r]].tolist())
+                masked = masked & ~commit
+            out[:, start:start + b] = block
+            committed = real[:, start:start + b] if real is not None else block
+            if use_cache:
+                model.extend(committed, cache, kv)
+            ctx_ids, ctx_valid = torch.cat([ctx_ids, committed], 1), kv
+            for r in range(n):
+                extra[r] += 1
+    wall = time.perf_counter() - t0
+    return DecodeResult(tokens=out.tolist(), forwards=forwards, extra_forwards=extra,
+                        committed_per_step=per_step, step_tokens=step_tok, wall_time=wall)

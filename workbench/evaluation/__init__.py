@@ -1,0 +1,1 @@
+"""Evaluation harness: code-continuation prompts, metrics, and policy sweeps written as Parquet."""

@@ -1,0 +1,111 @@
+"""Per-prompt metrics of a decoded continuation (DESIGN.md evaluation task)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..decoding.base import autocast_for, left_pad
+from ..model.masks import to_additive
+
+
+def agreement(a, b) -> float:
+    """Fraction of positions where ``a`` and ``b`` hold the same token."""
+    a, b = np.asarray(a), np.asarray(b)
+    return float((a == b).mean()) if len(a) else float("nan")
+
+
+def repetition_rate(tokens, n: int = 8) -> float:
+    """Share of the ``n``-grams of ``tokens`` that already occurred earlier in the same sequence
+    (0 = no repeated n-gram; runs of one token or looping lines push it towards 1)."""
+    seen, rep, total = set(), 0, 0
+    for i in range(len(tokens) - n + 1):
+        g = tuple(tokens[i:i + n])
+        total += 1
+        rep += g in seen
+        seen.add(g)
+    return rep / total if total else float("nan")
+
+
+def first_line(text: str) -> str:
+    return text.split("\n", 1)[0]
+
+
+def whitespace_ids(tokenizer, vocab_size: int) -> set[int]:
+    """Token ids whose text is only whitespace (space, tab, newline...)."""
+    out = set()
+    for i in range(min(vocab_size, len(tokenizer))):
+        s = tokenizer.decode([i])
+        if s and not s.strip() and s not in (tokenizer.mask_token, tokenizer.eos_token):
+            out.add(i)
+    return out
+
+
+def whitespace_share_multi(step_tokens: list[list[int]], ws: set[int]) -> tuple[float, int]:
+    """Share of whitespace among tokens committed in forwards that committed ≥ 2 tokens, and their count.
+    NaN when no forward committed more than one token."""
+    multi = [t for step in step_tokens if len(step) >= 2 for t in step]
+    if not multi:
+        return float("nan"), 0
+    return sum(t in ws for t in multi) / len(multi), len(multi)
+
+
+@torch.no_grad()
+def ar_nll(model, prompts: list[list[int]], generated: list[list[int]], real: list[list[int]] | None = None,
+           block_length: int | None = None, pad_id: int = 0, precision: str = "fp32") -> list[float]:
+    """AR negative log-likelihood (nats per token) of ``generated`` under the model's AR mode.
+
+    Free-running (``real=None``): ``-mean log p(g_i | prompt, g_<i)``. Real-context: each generated
+    block is scored given the prompt + the *real* text before the block and the generated tokens
+    before it inside the block. One forward per batch does all blocks: the sequence is
+    ``[prompt | real | generated]`` with the generated copy sharing the real tokens' position ids and
+    seeing the prompt, the real tokens before its block and its own block causally.
+
+    Returns one float per row.
+    """
+    dev = model.device
+    ids, valid = left_pad(prompts, pad_id, dev)
+    n, p = ids.shape
+    gen = torch.tensor(generated, dtype=torch.long, device=dev)
+    m = gen.shape[1]
+    ones = torch.ones((n, m), dtype=torch.bool, device=dev)
+    with autocast_for(dev, precision):
+        if real is None:
+            seq = torch.cat([ids, gen], 1)
+            kv = torch.cat([valid, ones], 1)
+            logits = model.extend(seq, model.new_cache(), kv)
+            pred = logits[:, p - 1:p - 1 + m]
+        else:
+            b = block_length or m
+            rl = torch.tensor(real, dtype=torch.long, device=dev)
+            seq = torch.cat([ids, rl, gen], 1)
+            s = seq.shape[1]
+            kv = torch.cat([valid, ones, ones], 1)
+            pos_valid = (torch.cat([valid, ones], 1).long().cumsum(1) - 1).clamp_min(0)
+            pos = torch.cat([pos_valid, pos_valid[:, p:]], 1)
+            allowed = torch.zeros((s, s), dtype=torch.bool, device=dev)
+            causal = torch.tril(torch.ones((p + m, p + m), dtype=torch.bool, device=dev))
+            allowed[:p + m, :p + m] = causal
+            gi = torch.arange(m, device=dev)
+            blk = gi // b
+            # generated token i sees prompt + real[: blk*b] ...
+            allowed[p + m + gi[:, None], torch.arange(p + m, device=dev)[None, :]] = (
+                torch.arange(p + m, device=dev)[None, :] < (p + blk * b)[:, None])
+            # ... and the generated tokens of its own block up to itself
+            same = (blk[:, None] == blk[None, :]) & (gi[None, :] <= gi[:, None])
+            allowed[p + m:, p + m:] = same
+            full = allowed[None] & kv[:, None, :]
+            full |= torch.eye(s, dtype=torch.bool, device=dev)[None]
+            logits = model.backbone(input_ids=seq, position_ids=pos, attention_mask=to_additive(full, model.mask_dtype),
+                                    use_cache=False).logits
+            first = p - 1 + blk * b  # logit index predicting the first token of each block
+            idx = torch.where(gi % b == 0, first, p + m + gi - 1)
+            pred = logits[:, idx]
+    logp = torch.log_softmax(pred.float(), -1).gather(-1, gen[..., None]).squeeze(-1)
+    return (-logp.mean(dim=1)).tolist()
+
+
+def nan_mean(xs) -> float:
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return float(np.mean(xs)) if xs else float("nan")
