@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(commands[cmd](rest) or 0)
     except USER_ERRORS as e:
-        print(f"workbench {cmd}: error: {e}", file=sys.stderr)
+        print(f"workbench {cmd}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"workbench {cmd}: interrupted", file=sys.stderr)

@@ -21,7 +21,7 @@ import torch
 
 from .corpus import by_split, load_corpus
 from .data import encode_documents
-from .evaluation.harness import EvalConfig, evaluate_model, load_model, resolve_device, summarize
+from .evaluation.harness import EvalConfig, check_sweep_fits, evaluate_model, load_model, resolve_device, summarize
 from .evaluation.heldout import heldout_losses, unigram_cross_entropy
 from .evaluation.prompts import make_prompts
 from .report import fmt, markdown_table, plot_accuracy_vs_tpf, plot_training_curves
@@ -66,6 +66,8 @@ class DemoConfig:
     """'bf16' (autocast) or 'fp32'."""
     device: str = "auto"
     """'cpu', 'cuda' or 'auto'."""
+    add_mask_token: bool = False
+    """Add a [MASK] token (and resize the embeddings) when the checkpoint's tokenizer has none."""
     threads: int | None = None
     """torch CPU threads (default: torch's choice)."""
     progress_bar: bool = True
@@ -92,15 +94,16 @@ def run_demo(cfg: DemoConfig) -> Path:
                       modes=cfg.modes, batch_size=cfg.batch_size, precision=cfg.precision, device=cfg.device,
                       out_dir=cfg.out_dir, progress_bar=cfg.progress_bar)
     ecfg.validate()
-    final = prepare_run_dir(cfg.out_dir)
+    final = Path(cfg.out_dir)
     # build everything in a staging folder and move it into place at the end: no half-written run dir
     run = Path(str(final) + ".partial")
     shutil.rmtree(run, ignore_errors=True)
-    run.mkdir(parents=True)
+    prepare_run_dir(run)
     try:
         model_spec = _retrain(cfg, run) if cfg.retrain else cfg.model
         device = resolve_device(cfg.device)
-        model, tok, meta = load_model(model_spec, device)
+        model, tok, meta = load_model(model_spec, device, cfg.add_mask_token)
+        check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len)
         n_params = sum(p.numel() for p in model.backbone.parameters())
 
         # 1. corpus

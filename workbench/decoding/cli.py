@@ -27,6 +27,8 @@ class DecodeConfig:
     """'fp32' or 'bf16'."""
     device: str = "auto"
     """'cpu', 'cuda' or 'auto'."""
+    add_mask_token: bool = False
+    """Add a [MASK] token (and resize the embeddings) when the checkpoint's tokenizer has none."""
 
 
 def main(argv: list[str]) -> int:
@@ -37,7 +39,7 @@ def main(argv: list[str]) -> int:
     cfg = parse_dataclass("workbench decode", DecodeConfig, argv)
     fn = get_policy(cfg.policy)
     text = Path(cfg.prompt[1:]).read_text() if cfg.prompt.startswith("@") else cfg.prompt
-    model, tok, _ = load_model(cfg.model, resolve_device(cfg.device))
+    model, tok, _ = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
     ids = tok(text, add_special_tokens=False)["input_ids"]
     kw = dict(block_length=cfg.block_length, precision=cfg.precision, pad_id=tok.pad_token_id or 0)
     if cfg.policy == "confidence":

@@ -55,6 +55,8 @@ class EvalConfig:
     """'bf16' (autocast) or 'fp32'."""
     device: str = "auto"
     """'cpu', 'cuda' or 'auto'."""
+    add_mask_token: bool = False
+    """Add a [MASK] token (and resize the embeddings) when the checkpoint's tokenizer has none."""
     out_dir: str = "runs/evaluate"
     """Run directory for results.parquet, summary.json and config."""
     progress_bar: bool = True
@@ -172,13 +174,23 @@ def resolve_device(name: str):
     return torch.device(name)
 
 
-def load_model(spec: str, device):
+def load_model(spec: str, device, add_mask_token: bool = False):
     """Load ``spec`` ('builtin:tiny' or a checkpoint path) → (TriModeLM, tokenizer, meta)."""
     from ..assets import builtin_model_path
     from ..model.io import load_checkpoint
 
     path = builtin_model_path(spec[len("builtin:"):]) if spec.startswith("builtin:") else spec
-    return load_checkpoint(path, device=device)
+    return load_checkpoint(path, add_mask_token=add_mask_token, device=device)
+
+
+def check_sweep_fits(model, block_lengths, prompt_len: int, gen_len: int) -> None:
+    """Raise :class:`DecodeError` if a block length or prompt + generation exceeds the model context."""
+    ctx = int(getattr(model.backbone.config, "max_position_embeddings", 1 << 30))
+    for b in block_lengths:
+        if b > ctx:
+            raise DecodeError(f"block length {b} is larger than the model context ({ctx} tokens)")
+    if prompt_len + gen_len > ctx:
+        raise DecodeError(f"prompt_len + gen_len = {prompt_len + gen_len} exceeds the model context ({ctx} tokens)")
 
 
 def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFrame, pd.DataFrame, Path]:
@@ -187,15 +199,16 @@ def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFr
     from ..utils import prepare_run_dir
 
     cfg.validate()
-    out = prepare_run_dir(cfg.out_dir)
     if model is None:
-        model, tokenizer, _ = load_model(cfg.model, resolve_device(cfg.device))
+        model, tokenizer, _ = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
+    check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len)
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
     prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len,
                            None if is_byte_tokenizer(tokenizer) else tokenizer)
     t0 = time.time()
     df = evaluate_model(model, tokenizer, prompts, cfg)
     summary = summarize(df)
+    out = prepare_run_dir(cfg.out_dir)
     df.to_parquet(out / "results.parquet", index=False)
     summary.to_parquet(out / "summary.parquet", index=False)
     (out / "summary.json").write_text(json.dumps({"wall_s": time.time() - t0, "n_prompts": len(prompts),

@@ -1,0 +1,94 @@
+"""Bad input: one-line error, non-zero exit, nothing half-written."""
+import json
+import shutil
+
+import pytest
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+from conftest import run_cli
+from workbench.model.presets import preset_config
+
+
+def _assert_one_line_error(proc, *needles):
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    lines = [l for l in proc.stderr.strip().splitlines() if "error" in l]
+    assert len(lines) == 1, proc.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.fixture
+def demo_args(tmp_path, small_corpus):
+    return ["--corpus", str(small_corpus), "--n_prompts", "2", "--gen_len", "16", "--prompt_len", "32",
+            "--block_lengths", "[4]", "--thresholds", "[0.9]", "--heldout_windows", "2", "--progress_bar", "false"]
+
+
+def test_missing_model_path(tmp_path, demo_args):
+    out = tmp_path / "run"
+    p = run_cli("demo", "--model", str(tmp_path / "nope"), "--out_dir", str(out), *demo_args)
+    _assert_one_line_error(p, "does not exist")
+    assert not out.exists() and not (tmp_path / "run.partial").exists()
+
+
+def test_non_hf_model_path(tmp_path, demo_args):
+    (tmp_path / "notamodel").mkdir()
+    (tmp_path / "notamodel" / "weights.bin").write_bytes(b"\0" * 10)
+    out = tmp_path / "run"
+    p = run_cli("demo", "--model", str(tmp_path / "notamodel"), "--out_dir", str(out), *demo_args)
+    _assert_one_line_error(p, "not a Hugging Face checkpoint")
+    assert not out.exists()
+
+
+def test_tokenizer_without_mask_token_offers_to_add(tmp_path, demo_args, tokenizer):
+    ck = tmp_path / "nomask"
+    LlamaForCausalLM(preset_config("micro")).save_pretrained(ck)
+    tok = PreTrainedTokenizerFast(tokenizer_object=tokenizer.backend_tokenizer, eos_token="[EOS]", pad_token="[EOS]")
+    tok.save_pretrained(ck)
+    cfg = json.loads((ck / "tokenizer_config.json").read_text())
+    assert cfg.get("mask_token") is None
+    out = tmp_path / "run"
+    p = run_cli("decode", "--model", str(ck), "--gen_len", "8", "--block_length", "4")
+    _assert_one_line_error(p, "no mask token", "--add-mask-token")
+    p = run_cli("decode", "--model", str(ck), "--gen_len", "8", "--block_length", "4", "--add_mask_token", "true")
+    assert p.returncode == 0, p.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--block_lengths", "[0]"], "block length must be positive"),
+    (["--block_lengths", "[-8]"], "block length must be positive"),
+    (["--block_lengths", "[4096]", "--gen_len", "4096"], "larger than the model context"),
+    (["--thresholds", "[0.0]"], "threshold must be in (0, 1]"),
+    (["--thresholds", "[1.2]"], "threshold must be in (0, 1]"),
+])
+def test_bad_block_length_and_threshold(tmp_path, demo_args, args, needle, micro_checkpoint):
+    out = tmp_path / "run"
+    p = run_cli("demo", "--model", str(micro_checkpoint), "--out_dir", str(out), *demo_args, *args)
+    _assert_one_line_error(p, needle)
+    assert not out.exists() and not (tmp_path / "run.partial").exists()
+
+
+def test_empty_corpus(tmp_path, demo_args, micro_checkpoint):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "run"
+    args = [a if a != demo_args[1] else str(empty) for a in demo_args]
+    p = run_cli("demo", "--model", str(micro_checkpoint), "--out_dir", str(out), *args)
+    _assert_one_line_error(p, "is empty")
+    assert not out.exists() and not (tmp_path / "run.partial").exists()
+
+
+def test_unwritable_run_dir(tmp_path, demo_args, micro_checkpoint):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    p = run_cli("demo", "--model", str(micro_checkpoint), "--out_dir", str(blocker / "run"), *demo_args)
+    _assert_one_line_error(p, "not writable")
+    p = run_cli("train", "lm", "--config", "workbench/configs/micro.yaml", "--out_dir", str(blocker / "train"))
+    _assert_one_line_error(p, "not writable")
+
+
+def test_bad_option_value(tmp_path):
+    p = run_cli("demo", "--n_prompts", "abc")
+    _assert_one_line_error(p, "n_prompts")
+    p = run_cli("frobnicate")
+    assert p.returncode == 2 and "valid:" in p.stderr
