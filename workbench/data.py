@@ -25,19 +25,21 @@ def encode_documents(docs: list[Document], tokenizer=None, eos_id: int = EOS_ID)
 
 
 class RandomWindows(Dataset):
-    """``length`` windows of ``seq_len`` tokens at pseudo-random offsets; item ``i`` is always the same
-    window for a given ``seed`` (so a resumed run sees the same data stream)."""
+    """``length`` windows of ``seq_len`` tokens at pseudo-random offsets. Window ``start + i`` of the
+    stream is a pure function of ``(seed, start + i)``, so a run resumed at step ``s`` continues the
+    same data stream by starting at ``start = s * batch_size``."""
 
-    def __init__(self, tokens: np.ndarray, seq_len: int, length: int, seed: int):
+    def __init__(self, tokens: np.ndarray, seq_len: int, length: int, seed: int, start: int = 0):
         if len(tokens) <= seq_len:
             raise CorpusError(f"split has {len(tokens)} tokens, fewer than one window of {seq_len}")
-        self.tokens, self.seq_len, self.length, self.seed = tokens, seq_len, length, seed
+        self.tokens, self.seq_len, self.seed, self.start = tokens, seq_len, seed, start
+        self.length = max(0, length - start)
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        off = int(np.random.default_rng((self.seed, i)).integers(0, len(self.tokens) - self.seq_len))
+        off = int(np.random.default_rng((self.seed, self.start + i)).integers(0, len(self.tokens) - self.seq_len))
         return torch.from_numpy(self.tokens[off:off + self.seq_len].astype(np.int64))
 
 
@@ -89,7 +91,9 @@ class LMDataModule(pl.LightningDataModule):
         self.val_tokens = encode_documents(by_split(docs, "validation"), self.tokenizer)
 
     def train_dataloader(self) -> DataLoader:
-        ds = RandomWindows(self.train_tokens, self.seq_len, self.train_windows, self.seed)
+        # resume: continue the window stream where the restored global step left it
+        step = self.trainer.global_step if self.trainer is not None else 0
+        ds = RandomWindows(self.train_tokens, self.seq_len, self.train_windows, self.seed, start=step * self.batch_size)
         return DataLoader(ds, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers, drop_last=True)
 
     def val_dataloader(self) -> DataLoader:

@@ -1,0 +1,80 @@
+"""Corpus splits, categories and the byte-level tokenizer."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from workbench.corpus import CorpusError, by_split, category_of, load_corpus, load_directory, split_of
+from workbench.data import encode_documents
+from workbench.tokenizer import EOS_ID, MASK_ID, SEP_ID, byte_tokenizer, encode_bytes, is_byte_tokenizer, \
+    require_mask_token, TokenizerError
+
+
+def test_split_is_stable_across_processes():
+    paths = ["asyncio/tasks.py", "json/decoder.py", "os.py", "test/test_re.py"]
+    here = [split_of(p) for p in paths]
+    code = f"from workbench.corpus import split_of; print([split_of(p) for p in {paths!r}])"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONHASHSEED": "123"})
+    assert other.stdout.strip() == str(here)
+
+
+def test_stdlib_corpus_splits_and_categories():
+    docs = load_corpus("stdlib")
+    assert len(docs) > 500
+    counts = {s: len(by_split(docs, s)) for s in ("train", "validation", "test")}
+    assert counts["train"] > 10 * counts["test"] > 0 and counts["validation"] > 0
+    cats = {d.category for d in docs}
+    assert {"asyncio", "email", "modules"} <= cats
+    assert category_of("asyncio/tasks.py") == "asyncio" and category_of("os.py") == "modules"
+    # no file in two splits
+    assert len({d.path for d in docs}) == len(docs)
+
+
+def test_local_corpora(tmp_path):
+    (tmp_path / "src").mkdir()
+    for i in range(40):
+        (tmp_path / "src" / f"m{i}.py").write_text(f"x = {i}\n")
+    docs = load_directory(tmp_path / "src")
+    assert len(docs) == 40 and {d.split for d in docs} <= {"train", "validation", "test"}
+    j = tmp_path / "c.jsonl"
+    j.write_text("\n".join(json.dumps({"text": f"doc {i}", "category": "c"}) for i in range(30)))
+    assert len(load_corpus(str(j))) == 30
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CorpusError, match="is empty"):
+        load_corpus(str(tmp_path / "empty"))
+    with pytest.raises(CorpusError, match="neither"):
+        load_corpus(str(tmp_path / "missing"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"nope": 1}\n')
+    with pytest.raises(CorpusError, match="'text' field"):
+        load_corpus(str(bad))
+
+
+def test_byte_tokenizer_ids_and_fast_path():
+    tok = byte_tokenizer()
+    assert (tok.mask_token_id, tok.sep_token_id, tok.eos_token_id) == (MASK_ID, SEP_ID, EOS_ID)
+    text = "def f(x):\n\treturn 'é✓'  # ünïcode\n"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert ids == list(text.encode("utf-8")) == encode_bytes(text).tolist()
+    assert tok.decode(ids) == text
+    assert is_byte_tokenizer(tok)
+
+
+def test_encode_documents_separates_with_eos(tokenizer):
+    docs = [d for d in load_corpus("stdlib") if d.path in ("abc.py", "this.py")]
+    arr = encode_documents(docs)
+    assert (arr == EOS_ID).sum() == len(docs)
+    slow = encode_documents(docs, tokenizer)
+    assert np.array_equal(arr, slow)
+
+
+def test_mask_token_required(tokenizer):
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=tokenizer.backend_tokenizer, eos_token="[EOS]")
+    tok.mask_token = None
+    with pytest.raises(TokenizerError, match="--add-mask-token"):
+        require_mask_token(tok)
+    assert require_mask_token(tok, add=True) == tok.mask_token_id
