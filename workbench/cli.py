@@ -16,6 +16,9 @@ commands:
   train lm      train a tri-mode LM (joint AR + block diffusion, NLD §2) with Lightning
   evaluate      code-continuation evaluation of a checkpoint under several decoding policies
   decode        decode one prompt with a policy and print the continuation
+  collect       collect denoising trajectories into a Zarr store (Lightning predict loop)
+  store info    sizes, row counts, label balance of a trajectory store
+  store verify  check a trajectory store (shapes, row ranges, labels, NaNs, model match)
 
 run 'workbench <command> --help' for the options of a command."""
 
@@ -51,12 +54,25 @@ def _cmd_train(argv: list[str]) -> int:
     return 0
 
 
+def _cmd_store(argv: list[str]) -> int:
+    from .trajectories import store_cli
+
+    return store_cli.main(argv)
+
+
+def _cmd_collect(argv: list[str]) -> int:
+    from .trajectories import collect
+
+    return collect.main(argv)
+
+
 def _commands():
     from . import demo
     from .decoding import cli as decode_cli
     from .evaluation import harness
 
-    return {"train": _cmd_train, "demo": demo.main, "evaluate": harness.main, "decode": decode_cli.main}
+    return {"train": _cmd_train, "demo": demo.main, "evaluate": harness.main, "decode": decode_cli.main,
+            "collect": _cmd_collect, "store": _cmd_store}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,15 +7,20 @@ from typing import Callable
 
 import torch
 
-from .base import DecodeResult, autocast_for, check_lengths, left_pad
+from .base import DecodeError, DecodeResult, autocast_for, check_lengths, left_pad
 
-CommitRule = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+CommitRule = Callable[..., torch.Tensor]
+#: ``on_step(block_start, step, block, probs, masked, commit)`` called after every denoising forward with
+#: the block ids *before* the commit ``(N, B)``, probabilities ``(N, B, V)``, the masked positions before
+#: the commit ``(N, B)`` and the committed positions ``(N, B)`` (rows without masks have no commit).
+StepCallback = Callable[[int, int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 
 @torch.no_grad()
 def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length: int, rule: CommitRule,
                      real_continuation: list[list[int]] | None = None, use_cache: bool = True,
-                     pad_id: int = 0, precision: str = "fp32") -> DecodeResult:
+                     pad_id: int = 0, precision: str = "fp32", on_step: StepCallback | None = None,
+                     rule_sees_truth: bool = False, commit_last_block: bool = True) -> DecodeResult:
     """Decode ``gen_len`` tokens per prompt block by block.
 
     Each block starts as ``B`` mask tokens. Every forward computes diffusion logits of the block over
@@ -34,6 +39,10 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
             the generated one, so every block is conditioned on the real text before it.
         use_cache: False recomputes the whole prefix every forward (reference for the cache test).
         pad_id: left-padding id. precision: 'fp32' or 'bf16'.
+        on_step: optional callback receiving every step's state (trajectory collection).
+        rule_sees_truth: call ``rule(probs, masked, truth)`` with the real block ``(N, B)`` (the hybrid
+            trajectory policy, NLD App. A); needs ``real_continuation``.
+        commit_last_block: False skips the KV-commit forward after the last block (nothing follows it).
 
     Returns a :class:`DecodeResult`. Raises :class:`~workbench.decoding.base.DecodeError` on bad lengths.
     """
@@ -57,6 +66,10 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
             block = torch.full((n, b), model.mask_token_id, dtype=torch.long, device=dev)
             kv = torch.cat([ctx_valid, ones], 1)
             masked = torch.ones((n, b), dtype=torch.bool, device=dev)
+            truth = real[:, start:start + b] if real is not None else None
+            if rule_sees_truth and truth is None:
+                raise DecodeError("this policy needs the real continuation (ground truth)")
+            step = 0
             while masked.any():
                 if use_cache:
                     logits = model.diffusion_logits(block, cache, kv)
@@ -65,8 +78,11 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
                     model.extend(ctx_ids, fresh, ctx_valid)
                     logits = model.diffusion_logits(block, fresh, kv)
                 probs = torch.softmax(logits.float(), dim=-1)
-                commit = rule(probs, masked) & masked
+                commit = (rule(probs, masked, truth) if rule_sees_truth else rule(probs, masked)) & masked
                 top = probs.argmax(dim=-1)
+                if on_step is not None:
+                    on_step(start, step, block, probs, masked, commit)
+                step += 1
                 block = torch.where(commit, top, block)
                 active = masked.any(dim=1).tolist()
                 counts = commit.sum(dim=1).tolist()
@@ -78,6 +94,8 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
                 masked = masked & ~commit
             out[:, start:start + b] = block
             committed = real[:, start:start + b] if real is not None else block
+            if start + b == gen_len and not commit_last_block:
+                break
             if use_cache:
                 model.extend(committed, cache, kv)
             ctx_ids, ctx_valid = torch.cat([ctx_ids, committed], 1), kv

@@ -27,3 +27,13 @@ def serial_rule(probs: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
     """Serial denoising (NLD §4.1, k = 1): commit only the masked position with the highest peak
     probability. Its output is the serial target."""
     return most_confident(probs.max(dim=-1).values, masked)
+
+
+def hybrid_rule(probs: torch.Tensor, masked: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    """Hybrid trajectory policy (NLD App. A): commit every masked position whose top-1 already equals
+    the ground-truth token ``truth`` ``(N, B)``; in rows with no such position, commit the most
+    confident masked position (confidence fallback, k = 1)."""
+    top = probs.argmax(dim=-1)
+    match = (top == truth) & masked
+    fallback = most_confident(probs.max(dim=-1).values, masked)
+    return torch.where(match.any(dim=1, keepdim=True), match, fallback)

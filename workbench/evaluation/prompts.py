@@ -34,8 +34,9 @@ def _encode(text: str, tokenizer) -> np.ndarray:
 
 
 def make_prompts(docs: list[Document], n_prompts: int, prompt_len: int, gen_len: int, tokenizer=None,
-                 min_prompt: int = 32) -> list[Prompt]:
-    """Pick ``n_prompts`` (prompt, continuation) pairs from ``docs``, at most one per file.
+                 min_prompt: int = 32, per_file: int = 1) -> list[Prompt]:
+    """Pick ``n_prompts`` (prompt, continuation) pairs from ``docs``, at most ``per_file`` per file
+    (distinct cut points; files are visited round-robin over categories, ``per_file`` rounds).
 
     The cut is the start of a line chosen by ``crc32(path)`` among lines that leave ≥ ``gen_len``
     tokens after it and ≥ ``min_prompt`` tokens before it. ``tokenizer=None`` → byte-level ids.
@@ -54,22 +55,23 @@ def make_prompts(docs: list[Document], n_prompts: int, prompt_len: int, gen_len:
             if q:
                 order.append(q.pop(0))
     out: list[Prompt] = []
-    for d in order:
-        if len(out) == n_prompts:
-            break
-        lines = d.text.splitlines(keepends=True)
-        starts = np.cumsum([0] + [len(l) for l in lines[:-1]]) if lines else np.zeros(0, dtype=int)
-        # character offsets of line starts → candidate cuts; tokenise prefix/suffix separately
-        cands = [int(s) for s in starts if s > 0]
-        if not cands:
-            continue
-        rng = np.random.default_rng(zlib.crc32(d.path.encode()))
-        for cut in rng.permutation(cands)[:8]:
-            before, after = _encode(d.text[:cut], tokenizer), _encode(d.text[cut:], tokenizer)
-            if len(after) >= gen_len and len(before) >= min_prompt:
-                out.append(Prompt(len(out), d.path, d.category, tuple(before[-prompt_len:].tolist()),
-                                  tuple(after[:gen_len].tolist())))
+    for round_ in range(per_file):
+        for d in order:
+            if len(out) == n_prompts:
                 break
+            lines = d.text.splitlines(keepends=True)
+            starts = np.cumsum([0] + [len(l) for l in lines[:-1]]) if lines else np.zeros(0, dtype=int)
+            # character offsets of line starts → candidate cuts; tokenise prefix/suffix separately
+            cands = [int(s) for s in starts if s > 0]
+            if not cands:
+                continue
+            rng = np.random.default_rng((zlib.crc32(d.path.encode()), round_) if round_ else zlib.crc32(d.path.encode()))
+            for cut in rng.permutation(cands)[:8]:
+                before, after = _encode(d.text[:cut], tokenizer), _encode(d.text[cut:], tokenizer)
+                if len(after) >= gen_len and len(before) >= min_prompt:
+                    out.append(Prompt(len(out), d.path, d.category, tuple(before[-prompt_len:].tolist()),
+                                      tuple(after[:gen_len].tolist())))
+                    break
     if not out:
         raise CorpusError(f"no held-out file is long enough for a {min_prompt}+{gen_len}-token prompt")
     return out

@@ -1,0 +1,73 @@
+"""Trajectory collection: labels, final ids and policies on a hand-built model; live features."""
+import numpy as np
+import torch
+
+from fake_model import FakeTriMode
+from workbench.trajectories.collect import TrajectorySpec, collect_item
+from workbench.trajectories.features import block_features, feature_spec, step_record
+
+
+def _specs(n, b, truth=None):
+    return [TrajectorySpec(i, 0, 0, (1, 2, 3), tuple(truth[i] if truth else [0] * b)) for i in range(n)]
+
+
+def test_serial_labels_and_final_ids_hand_computed():
+    # conf order: position 2 (0.9) > 0 (0.8) > 3 (0.7) > 1 (0.6): committed at steps 0, 1, 2, 3 resp.
+    m = FakeTriMode([0.8, 0.6, 0.9, 0.7])
+    rows, trajs = collect_item(m, _specs(1, 4), "serial", 0.9, 0, "fp32")
+    # top-1 at position j and step s (s commits so far) is (j + s) % 7
+    commit_step = {2: 0, 0: 1, 3: 2, 1: 3}
+    final = [(j + commit_step[j]) % 7 for j in range(4)]
+    assert trajs["final_ids"].tolist() == [final]
+    assert rows["step"].tolist() == [0, 1, 2, 3]
+    for s in range(4):
+        top1 = [(j + s) % 7 for j in range(4)]
+        assert rows["top_ids"][s, :, 0].tolist() == top1
+        assert rows["label"][s].tolist() == [t == f for t, f in zip(top1, final)]
+        assert rows["masked"][s].tolist() == [commit_step[j] >= s for j in range(4)]
+    # at its commit step a position's label is always 1
+    for j, s in commit_step.items():
+        assert rows["label"][s, j]
+
+
+def test_hybrid_commits_ground_truth_matches_first():
+    m = FakeTriMode([0.5, 0.6, 0.9, 0.7])
+    # at step 0 top-1 = [0, 1, 2, 3]; truth matches positions 0 and 1 (not the most confident, 2)
+    rows, trajs = collect_item(m, _specs(1, 4, truth=[[0, 1, 5, 5]]), "hybrid", 0.9, 0, "fp32")
+    assert rows["masked"][1].tolist() == [False, False, True, True]       # both matches committed at step 0
+    assert trajs["final_ids"][0, :2].tolist() == [0, 1]
+    # step 1: 2 committed → top-1 = [2, 3, 4, 5]; position 3 matches truth 5 → committed alone
+    assert rows["masked"][2].tolist() == [False, False, True, False]
+    assert trajs["final_ids"][0, 3] == 5
+    # step 2: 3 committed → top-1 at position 2 is (2 + 3) % 7 = 5 == truth → committed as a match
+    assert trajs["final_ids"][0, 2] == 5 and len(rows["step"]) == 3
+
+
+def test_confidence_policy_rows_per_step():
+    m = FakeTriMode([0.95, 0.6, 0.92, 0.3])
+    rows, trajs = collect_item(m, _specs(2, 4), "confidence", 0.9, 0, "fp32")
+    # step 0 commits 0 and 2 (≥ 0.9); then one per step (fallback) → 3 steps per trajectory
+    assert rows["step"].tolist() == [0, 1, 2, 0, 1, 2]
+    assert rows["traj"].tolist() == [0, 0, 0, 1, 1, 1]
+    assert (rows["label"] == (rows["top_ids"][..., 0] == trajs["final_ids"][rows["traj"]])).all()
+
+
+def test_live_features_equal_store_features():
+    """Features from live probabilities equal features from the stored compact record."""
+    torch.manual_seed(0)
+    probs = torch.softmax(torch.randn(5, 8, 40) * 3, dim=-1)
+    masked = torch.rand(5, 8) < 0.6
+    step = torch.tensor([0, 1, 2, 3, 4])
+    pca = np.random.default_rng(0).standard_normal((40, 44)).astype(np.float16)
+    rec = step_record(probs, masked)
+    live = block_features(rec["top_ids"], rec["top_probs"], rec["entropy"], rec["masked"], step, pca)
+    # round trip through numpy with the store dtypes
+    stored = {k: v.numpy().astype(d) for (k, v), d in zip(rec.items(), (np.int32, np.float16, np.float16, bool))}
+    off = block_features(stored["top_ids"], stored["top_probs"], stored["entropy"], stored["masked"], step.numpy(), pca)
+    assert live.shape == (5, 8, 144)
+    assert torch.equal(live, off)
+    # spot-check a few entries against their definition
+    assert torch.equal(live[..., :44], torch.as_tensor(pca[rec["top_ids"][..., 0].long()]).float())
+    assert torch.allclose(live[..., 135], (rec["top_probs"][..., 0].float() - rec["top_probs"][..., 1].float()))
+    assert torch.equal(live[..., 143], masked.float())
+    assert feature_spec(96)["pca_dim"] == 28

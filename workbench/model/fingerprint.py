@@ -1,0 +1,27 @@
+"""Stable fingerprints of a model (config + weights) and a tokenizer, stored in trajectory stores so a
+store can be matched to the model and tokenizer that produced it."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import torch
+
+
+def model_fingerprint(model) -> str:
+    """sha256 (first 16 hex digits) of the backbone's config JSON and every weight tensor's bytes."""
+    h = hashlib.sha256()
+    bb = model.backbone if hasattr(model, "backbone") else model
+    h.update(json.dumps(bb.config.to_diff_dict(), sort_keys=True, default=str).encode())
+    for name, t in sorted(bb.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def tokenizer_hash(tokenizer) -> str:
+    """sha256 (first 16 hex digits) of the tokenizer's vocabulary and special tokens."""
+    h = hashlib.sha256()
+    h.update(json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False).encode())
+    h.update(json.dumps(sorted(str(x) for x in tokenizer.all_special_tokens)).encode())
+    return h.hexdigest()[:16]

@@ -1,0 +1,294 @@
+"""``workbench collect``: denoising trajectories into a Zarr store (NLD App. A), as a Lightning
+**predict** loop.
+
+Work is cut into *items*: fixed, ordered chunks of ``batch_size`` trajectories (one trajectory = one
+block decoded from all-mask under a policy, conditioned on the real text before it). ``predict_step``
+decodes one item and returns its per-step records; :class:`TrajectoryWriter` (a
+``BasePredictionWriter``) appends them to this rank's shard. Under DDP rank ``r`` takes items
+``r, r + W, r + 2W, ...`` and writes shard ``r``. A restarted run skips the items its shard already
+committed, so a collection killed at any point continues where it stopped and ends identical to an
+uninterrupted run.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from functools import partial
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import BasePredictionWriter
+from torch.utils.data import DataLoader, Dataset
+
+from ..corpus import by_split, load_corpus
+from ..decoding.base import DecodeError, check_threshold
+from ..decoding.diffusion import diffusion_decode
+from ..decoding.rules import confidence_rule, hybrid_rule, serial_rule
+from ..evaluation.prompts import make_prompts
+from ..model.fingerprint import model_fingerprint, tokenizer_hash
+from ..tokenizer import is_byte_tokenizer
+from .features import feature_spec, step_record, token_pca
+
+TRAJECTORY_POLICIES = ("serial", "hybrid", "confidence")
+
+
+@dataclass
+class CollectConfig:
+    """Trajectory collection into a Zarr store."""
+
+    model: str = "builtin:tiny"
+    """Checkpoint directory or 'builtin:tiny'."""
+    out: str = "trajectories/tiny-serial.zarr"
+    """Store path (created; rerunning the same command resumes it)."""
+    policy: str = "serial"
+    """Trajectory policy: serial (confidence k = 1), hybrid (ground-truth matches first), confidence (threshold)."""
+    threshold: float = 0.9
+    """Threshold of the confidence policy, in (0, 1]."""
+    block_lengths: list[int] = field(default_factory=lambda: [8, 32])
+    """Block lengths; one store group per B."""
+    corpus: str = "stdlib"
+    """Corpus: 'stdlib', a directory of source files, or a .txt / .jsonl file."""
+    split: str = "train"
+    """Corpus split the prompts come from."""
+    prompts: str | None = None
+    """A local prompt file (.txt / .jsonl) or folder used instead of the corpus split (all its documents)."""
+    n_prompts: int = 256
+    """Prompts (at most one per file)."""
+    prompts_per_file: int = 1
+    """Prompts cut from each file (different cut points)."""
+    blocks_per_prompt: int = 4
+    """Consecutive blocks decoded per prompt, each conditioned on the real text before it."""
+    context_len: int = 192
+    """Maximum context tokens before a block."""
+    batch_size: int = 64
+    """Trajectories per work item (decoded in lockstep in one predict step)."""
+    rows_per_chunk: int = 4096
+    """Store rows per chunk (writes are buffered to whole chunks)."""
+    feature_dim: int = 144
+    """Sampler feature dimension recorded in the store's feature spec (12 + 3 · PCA dims)."""
+    seed: int = 0
+    """Seed recorded in the store (prompt choice is deterministic from crc32 of paths)."""
+    precision: str = "bf16"
+    """'bf16' (autocast) or 'fp32'."""
+    accelerator: str = "auto"
+    """Lightning accelerator."""
+    devices: int = 1
+    """Processes / devices (each rank writes its own shard)."""
+    strategy: str = "auto"
+    """Lightning strategy ('auto', 'ddp', 'ddp_spawn'...). CPU DDP uses gloo."""
+    progress_bar: bool = True
+    """Show Lightning's progress bar."""
+
+    def validate(self) -> None:
+        if self.policy not in TRAJECTORY_POLICIES:
+            raise ValueError(f"unknown trajectory policy {self.policy!r}; valid: {', '.join(TRAJECTORY_POLICIES)}")
+        check_threshold(self.threshold)
+        for b in self.block_lengths:
+            if b <= 0:
+                raise DecodeError(f"block length must be positive, got {b}")
+        if self.batch_size <= 0 or self.blocks_per_prompt <= 0 or self.n_prompts <= 0:
+            raise ValueError("batch_size, blocks_per_prompt and n_prompts must be positive")
+        feature_spec(self.feature_dim)
+
+
+@dataclass(frozen=True)
+class TrajectorySpec:
+    """One trajectory to collect: a block of ``truth`` (the real text) after ``context``."""
+
+    prompt_id: int
+    category: int
+    block_index: int
+    context: tuple[int, ...]
+    truth: tuple[int, ...]
+
+
+def build_specs(prompts, categories: list[str], block_length: int, blocks_per_prompt: int, context_len: int
+                ) -> list[TrajectorySpec]:
+    """Trajectory specs in a fixed order: prompt by prompt, block by block."""
+    out = []
+    cat_ix = {c: i for i, c in enumerate(categories)}
+    for p in prompts:
+        full = list(p.prompt) + list(p.real)
+        for k in range(blocks_per_prompt):
+            start = len(p.prompt) + k * block_length
+            out.append(TrajectorySpec(p.prompt_id, cat_ix[p.category], k, tuple(full[max(0, start - context_len):start]),
+                                      tuple(full[start:start + block_length])))
+    return out
+
+
+class ItemDataset(Dataset):
+    """Work items of one rank: each element is ``(item_id, [TrajectorySpec, ...])``."""
+
+    def __init__(self, items: list[tuple[int, list[TrajectorySpec]]]):
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def _rule(policy: str, threshold: float):
+    if policy == "serial":
+        return serial_rule, False
+    if policy == "hybrid":
+        return hybrid_rule, True
+    return partial(confidence_rule, threshold=threshold), False
+
+
+@torch.no_grad()
+def collect_item(model, specs: list[TrajectorySpec], policy: str, threshold: float, pad_id: int, precision: str
+                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Decode the trajectories of one work item and return ``(rows, trajs)`` store records.
+
+    ``rows`` has one entry per (trajectory, step) with the state *before* that step's commit; ``traj``
+    indexes ``specs``. ``label = 1[top-1 == final id]`` where the final id is what the same policy
+    finally committed at that position. ``trajs`` has prompt_id, category, block_index, final_ids.
+    """
+    b = len(specs[0].truth)
+    rule, sees_truth = _rule(policy, threshold)
+    steps: list[dict] = []
+
+    def on_step(start, step, block, probs, masked, commit):
+        rec = step_record(probs, masked)
+        active = masked.any(dim=1)
+        rec = {k: v[active].cpu() for k, v in rec.items()}
+        rec["traj"] = torch.nonzero(active).squeeze(1).cpu()
+        rec["step"] = torch.full((int(active.sum()),), step, dtype=torch.int16)
+        steps.append(rec)
+
+    res = diffusion_decode(model, [list(s.context) for s in specs], b, b, rule,
+                           real_continuation=[list(s.truth) for s in specs], pad_id=pad_id, precision=precision,
+                           on_step=on_step, rule_sees_truth=sees_truth, commit_last_block=False)
+    final = np.asarray(res.tokens, dtype=np.int32)                                  # (T, B)
+    cat = {k: torch.cat([s[k] for s in steps]) for k in steps[0]}
+    order = np.lexsort((cat["step"].numpy(), cat["traj"].numpy()))                  # trajectory-major rows
+    rows = {k: v.numpy()[order] for k, v in cat.items()}
+    rows["label"] = rows["top_ids"][..., 0] == final[rows["traj"]]
+    rows["traj"] = rows["traj"].astype(np.int64)
+    trajs = {"prompt_id": np.array([s.prompt_id for s in specs], np.int64),
+             "category": np.array([s.category for s in specs], np.int16),
+             "block_index": np.array([s.block_index for s in specs], np.int32), "final_ids": final}
+    return rows, trajs
+
+
+class CollectModule(pl.LightningModule):
+    """Predict-only module: ``predict_step`` decodes one work item under the trajectory policy."""
+
+    def __init__(self, model, policy: str, threshold: float, pad_id: int, precision: str):
+        super().__init__()
+        self.model, self.policy, self.threshold, self.pad_id, self.precision = model, policy, threshold, pad_id, precision
+
+    def predict_step(self, batch, batch_idx: int):
+        item_id, specs = batch
+        rows, trajs = collect_item(self.model, specs, self.policy, self.threshold, self.pad_id, self.precision)
+        return {"item_id": item_id, "rows": rows, "trajs": trajs}
+
+
+class TrajectoryWriter(BasePredictionWriter):
+    """Appends each predicted item to this rank's shard writer; flushes whole chunks; closes at the end."""
+
+    def __init__(self, path: str, block_length: int, rows_per_chunk: int):
+        super().__init__(write_interval="batch")
+        self.path, self.block_length, self.rows_per_chunk = path, block_length, rows_per_chunk
+        self.writer = None
+        self.rows_written = 0
+
+    def open(self, rank: int):
+        from .store import ShardWriter
+
+        self.writer = ShardWriter(self.path, self.block_length, rank=rank, rows_per_chunk=self.rows_per_chunk)
+        return self.writer
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0):
+        self.writer.append(prediction["item_id"], prediction["rows"], prediction["trajs"])
+        self.rows_written += len(prediction["rows"]["step"])
+
+    def on_predict_end(self, trainer, pl_module):
+        self.writer.close()
+
+
+class CollectData(pl.LightningDataModule):
+    """Splits the work items over ranks (``items[rank::world]``) and drops the items this rank's shard
+    already committed (resume)."""
+
+    def __init__(self, items: list[tuple[int, list[TrajectorySpec]]], writer: TrajectoryWriter):
+        super().__init__()
+        self.items, self.writer = items, writer
+
+    def predict_dataloader(self):
+        rank, world = self.trainer.global_rank, self.trainer.world_size
+        done = self.writer.open(rank).done_items
+        mine = [it for it in self.items[rank::world] if it[0] not in done]
+        return DataLoader(ItemDataset(mine), batch_size=None, shuffle=False, collate_fn=lambda x: x)
+
+
+def store_attrs(cfg: CollectConfig, model, tok, categories: list[str]) -> dict:
+    """Root attributes of a store (schema version is added by the store layer)."""
+    return {"model_fingerprint": model_fingerprint(model), "tokenizer_hash": tokenizer_hash(tok),
+            "policy": cfg.policy, "threshold": cfg.threshold if cfg.policy == "confidence" else None,
+            "block_lengths": list(cfg.block_lengths), "feature_spec": feature_spec(cfg.feature_dim),
+            "corpus": cfg.corpus if cfg.prompts is None else cfg.prompts,
+            "corpus_split": cfg.split if cfg.prompts is None else "all", "seed": cfg.seed, "categories": categories,
+            "n_prompts": cfg.n_prompts, "prompts_per_file": cfg.prompts_per_file,
+            "blocks_per_prompt": cfg.blocks_per_prompt, "context_len": cfg.context_len, "batch_size": cfg.batch_size,
+            "vocab_size": int(model.backbone.config.vocab_size), "mask_token_id": int(model.mask_token_id),
+            "model": cfg.model}
+
+
+def run_collect(cfg: CollectConfig) -> dict:
+    """Collect (or resume) a store; returns counts and timings per block length."""
+    from ..evaluation.harness import load_model, resolve_device
+    from .store import create_store
+
+    cfg.validate()
+    pl.seed_everything(cfg.seed, verbose=False)
+    device = resolve_device("cuda" if cfg.accelerator in ("gpu", "cuda") else "cpu" if cfg.accelerator == "cpu" else "auto")
+    model, tok, _ = load_model(cfg.model, "cpu")
+    docs = load_corpus(cfg.prompts) if cfg.prompts else by_split(load_corpus(cfg.corpus), cfg.split)
+    b_max = max(cfg.block_lengths)
+    enc = None if is_byte_tokenizer(tok) else tok
+    prompts = make_prompts(docs, cfg.n_prompts, cfg.context_len, cfg.blocks_per_prompt * b_max, enc,
+                           per_file=cfg.prompts_per_file)
+    categories = sorted({p.category for p in prompts})
+    emb = model.backbone.get_input_embeddings().weight
+    create_store(cfg.out, store_attrs(cfg, model, tok, categories), list(cfg.block_lengths),
+                 token_pca(emb, feature_spec(cfg.feature_dim)["pca_dim"], cfg.seed))
+    report = {}
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    for b in cfg.block_lengths:
+        specs = build_specs(prompts, categories, b, cfg.blocks_per_prompt, cfg.context_len)
+        items = [(i, specs[s:s + cfg.batch_size]) for i, s in enumerate(range(0, len(specs), cfg.batch_size))]
+        writer = TrajectoryWriter(cfg.out, b, cfg.rows_per_chunk)
+        trainer = pl.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, logger=False,
+                             callbacks=[writer], enable_progress_bar=cfg.progress_bar, enable_model_summary=False,
+                             use_distributed_sampler=False, inference_mode=True)
+        t0 = time.perf_counter()
+        trainer.predict(CollectModule(model, cfg.policy, cfg.threshold, pad, cfg.precision),
+                        datamodule=CollectData(items, writer), return_predictions=False)
+        report[b] = {"trajectories": len(specs), "items": len(items), "rows_written_this_run": writer.rows_written,
+                     "wall_s": time.perf_counter() - t0}
+    del device
+    return report
+
+
+def main(argv: list[str]) -> int:
+    """``workbench collect``."""
+    from ..cli import parse_dataclass
+    from .store import store_info
+
+    cfg = parse_dataclass("workbench collect", CollectConfig, argv)
+    report = run_collect(cfg)
+    if int(getattr(pl.utilities.rank_zero, "rank_zero_only").rank) == 0:
+        info = store_info(cfg.out)
+        for b, r in report.items():
+            rows = r["rows_written_this_run"]
+            print(f"B={b}: {r['trajectories']} trajectories, {rows} rows written this run in {r['wall_s']:.1f} s "
+                  f"({rows / max(r['wall_s'], 1e-9):.0f} rows/s)")
+        print(f"store {cfg.out}: {info}")
+    return 0
+
+
+__all__ = ["CollectConfig", "collect_item", "run_collect", "TrajectoryWriter", "CollectModule", "asdict"]
