@@ -66,6 +66,20 @@ def _cmd_collect(argv: list[str]) -> int:
     return collect.main(argv)
 
 
+def _quiet_libraries() -> None:
+    """Keep stderr for our own messages: no weight-loading progress bars or library tips."""
+    import logging
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    for name in ("pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*(LeafSpec|litlogger|litmodels|does not have many workers).*")
+
+
 def _commands():
     from . import demo
     from .decoding import cli as decode_cli
@@ -81,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
+    _quiet_libraries()
     commands = _commands()
     if cmd not in commands:
         print(f"workbench: unknown command {cmd!r}; valid: {', '.join(sorted(commands))}", file=sys.stderr)

@@ -19,7 +19,7 @@ SPLITS = ("train", "validation", "test")
 #: Default split fractions (train, validation, test) in percent of the crc32 range.
 DEFAULT_FRACTIONS = (90, 5, 5)
 #: Standard-library folders that are not stdlib source (third-party or caches).
-_SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "config-3"}
+_SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}
 
 
 class CorpusError(ValueError):
@@ -69,7 +69,7 @@ def stdlib_root() -> Path:
 
 def _iter_source_files(root: Path, suffixes: tuple[str, ...]) -> Iterable[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith((".", "config-")))
         for name in sorted(filenames):
             if name.endswith(suffixes):
                 yield Path(dirpath) / name

@@ -58,6 +58,16 @@ class DemoConfig:
     """Confidence thresholds τ."""
     modes: list[str] = field(default_factory=lambda: ["real", "free"])
     """Context modes: 'real' and/or 'free'."""
+    collect: bool = True
+    """Collect a trajectory store from the model (``workbench collect``) and report it."""
+    collect_prompts: int = 256
+    """Prompts of the demo's trajectory collection (4 blocks each, per block length)."""
+    collect_block_lengths: list[int] = field(default_factory=lambda: [8, 32])
+    """Block lengths of the demo's trajectory store."""
+    collect_policy: str = "serial"
+    """Trajectory policy of the demo's store (serial, hybrid, confidence)."""
+    store: str = "trajectories/demo-tiny-serial.zarr"
+    """Where the demo's trajectory store is written (resumed if it exists with the same settings)."""
     heldout_windows: int = 128
     """Validation windows (256 tokens) for the held-out loss."""
     batch_size: int = 16
@@ -144,9 +154,10 @@ def run_demo(cfg: DemoConfig) -> Path:
             model_dir = builtin_model_path(str(model_spec).split(":", 1)[1])
         has_curves = plot_training_curves(Path(model_dir) / "training_log.csv", run / "training_curves.png")
 
+        collection = _collect(cfg, model_spec) if cfg.collect else None
         headline = _headline(summary)
         metrics = {"model": str(model_spec), "parameters": n_params, "heldout": held, "splits": split_stats,
-                   "n_prompts": len(prompts), "headline": headline, "targets": TARGETS,
+                   "n_prompts": len(prompts), "headline": headline, "targets": TARGETS, "collection": collection,
                    "timing_s": {"corpus": t_corpus, "heldout": t_held, "evaluation": t_eval,
                                 "total": time.time() - t_start},
                    "device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -161,6 +172,19 @@ def run_demo(cfg: DemoConfig) -> Path:
         raise
     _print_summary(summary, metrics)
     return final
+
+
+def _collect(cfg: DemoConfig, model_spec: str) -> dict:
+    """Collect the demo's trajectory store (NLD App. A) and return its numbers for the report."""
+    from .trajectories.collect import CollectConfig, run_collect
+    from .trajectories.store import store_info
+
+    ccfg = CollectConfig(model=str(model_spec), out=cfg.store, policy=cfg.collect_policy,
+                         block_lengths=list(cfg.collect_block_lengths), corpus=cfg.corpus, split="train",
+                         n_prompts=cfg.collect_prompts, precision=cfg.precision, progress_bar=cfg.progress_bar,
+                         accelerator="cpu" if cfg.device == "cpu" else "auto")
+    r = run_collect(ccfg)
+    return {"store": cfg.store, "policy": cfg.collect_policy, "run": r, "info": store_info(cfg.store)}
 
 
 def _headline(summary: pd.DataFrame) -> dict:
@@ -253,10 +277,28 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
             text = tok.decode(list(p.real)) if q is None else (q.iloc[0]["text"] if len(q) else "")
             lines += ["", f"{label}:", "", "```python", text, "```"]
         lines.append("")
+    if metrics.get("collection"):
+        lines += _collection_section(metrics["collection"])
     lines += ["## Files", "", "- `results.parquet`: one row per prompt × mode × policy × B × τ (metrics + text)",
               "- `summary.parquet`, `summary_by_category.parquet`: means", "- `metrics.json`: held-out losses, headline, timings",
               "- `config.json`: the resolved demo configuration", ""]
     return "\n".join(lines)
+
+
+def _collection_section(c: dict) -> list[str]:
+    r, info = c["run"], c["info"]
+    lines = ["## Trajectory store (sampler training data, NLD App. A)", "",
+             f"`workbench collect` wrote `{c['store']}` with the **{c['policy']}** policy: every intermediate step of "
+             "every block trajectory (top-3 ids and probabilities, entropy, masked, label = 1[top-1 = final id]).", "",
+             "| B | trajectories | rows (block-steps) | bytes on disk | bytes per row | label balance (masked positions) |",
+             "|---|---|---|---|---|---|"]
+    for b, v in sorted(info.get("block_lengths", {}).items(), key=lambda kv: int(kv[0])):
+        lines.append(f"| {b} | {v.get('trajectories')} | {v.get('rows')} | {v.get('bytes_on_disk', 0):,} | "
+                     f"{fmt(v.get('bytes_per_row'), 1)} | {fmt(v.get('label_balance'))} |")
+    rows = r["rows_written_total_this_run"]
+    lines += ["", f"This run wrote {rows} rows in {r['wall_s']:.1f} s ({rows / max(r['wall_s'], 1e-9):.0f} rows/s, "
+              f"{r['write_s']:.1f} s of it in store writes). A rerun resumes: already committed items are skipped.", ""]
+    return lines
 
 
 def _print_summary(summary: pd.DataFrame, metrics: dict) -> None:

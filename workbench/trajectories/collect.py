@@ -11,9 +11,12 @@ uninterrupted run.
 """
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 import pytorch_lightning as pl
@@ -31,6 +34,7 @@ from ..tokenizer import is_byte_tokenizer
 from .features import feature_spec, step_record, token_pca
 
 TRAJECTORY_POLICIES = ("serial", "hybrid", "confidence")
+_TEST_ITEM_DELAY = float(os.environ.get("WORKBENCH_TEST_ITEM_DELAY", "0"))
 
 
 @dataclass
@@ -92,9 +96,9 @@ class CollectConfig:
         feature_spec(self.feature_dim)
 
 
-@dataclass(frozen=True)
-class TrajectorySpec:
-    """One trajectory to collect: a block of ``truth`` (the real text) after ``context``."""
+class TrajectorySpec(NamedTuple):
+    """One trajectory to collect: a block of ``truth`` (the real text) after ``context``.
+    (A NamedTuple, so Lightning's batch handling passes it through unchanged.)"""
 
     prompt_id: int
     category: int
@@ -118,7 +122,7 @@ def build_specs(prompts, categories: list[str], block_length: int, blocks_per_pr
 
 
 class ItemDataset(Dataset):
-    """Work items of one rank: each element is ``(item_id, [TrajectorySpec, ...])``."""
+    """Work items of one rank: each element is ``(block_length, item_id, [TrajectorySpec, ...])``."""
 
     def __init__(self, items: list[tuple[int, list[TrajectorySpec]]]):
         self.items = items
@@ -182,47 +186,61 @@ class CollectModule(pl.LightningModule):
         self.model, self.policy, self.threshold, self.pad_id, self.precision = model, policy, threshold, pad_id, precision
 
     def predict_step(self, batch, batch_idx: int):
-        item_id, specs = batch
+        b, item_id, specs = batch
+        if _TEST_ITEM_DELAY:  # test hook: slow items down so crash tests can kill mid-run
+            time.sleep(_TEST_ITEM_DELAY)
         rows, trajs = collect_item(self.model, specs, self.policy, self.threshold, self.pad_id, self.precision)
-        return {"item_id": item_id, "rows": rows, "trajs": trajs}
+        return {"block_length": b, "item_id": item_id, "rows": rows, "trajs": trajs}
+
+
+def _identity(x):
+    return x
 
 
 class TrajectoryWriter(BasePredictionWriter):
-    """Appends each predicted item to this rank's shard writer; flushes whole chunks; closes at the end."""
+    """Appends each predicted item to this rank's shard of its block-length group; the shard writers
+    buffer whole chunks; everything is flushed and committed at the end."""
 
-    def __init__(self, path: str, block_length: int, rows_per_chunk: int):
+    def __init__(self, path: str, block_lengths: list[int], rows_per_chunk: int):
         super().__init__(write_interval="batch")
-        self.path, self.block_length, self.rows_per_chunk = path, block_length, rows_per_chunk
-        self.writer = None
-        self.rows_written = 0
+        self.path, self.block_lengths, self.rows_per_chunk = path, list(block_lengths), rows_per_chunk
+        self.writers: dict = {}
+        self.rows_written = {b: 0 for b in self.block_lengths}
+        self.seconds = 0.0
 
-    def open(self, rank: int):
+    def open(self, rank: int) -> dict:
+        """Open (or resume) this rank's shard writer of every block length; returns them by B."""
         from .store import ShardWriter
 
-        self.writer = ShardWriter(self.path, self.block_length, rank=rank, rows_per_chunk=self.rows_per_chunk)
-        return self.writer
+        self.writers = {b: ShardWriter(self.path, b, rank=rank, rows_per_chunk=self.rows_per_chunk)
+                        for b in self.block_lengths}
+        return self.writers
 
     def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0):
-        self.writer.append(prediction["item_id"], prediction["rows"], prediction["trajs"])
-        self.rows_written += len(prediction["rows"]["step"])
+        t0 = time.perf_counter()
+        b = prediction["block_length"]
+        self.writers[b].append(prediction["item_id"], prediction["rows"], prediction["trajs"])
+        self.rows_written[b] += len(prediction["rows"]["step"])
+        self.seconds += time.perf_counter() - t0
 
     def on_predict_end(self, trainer, pl_module):
-        self.writer.close()
+        for w in self.writers.values():
+            w.close()
 
 
 class CollectData(pl.LightningDataModule):
-    """Splits the work items over ranks (``items[rank::world]``) and drops the items this rank's shard
+    """Splits the work items over ranks (``items[rank::world]``) and drops the items this rank's shards
     already committed (resume)."""
 
-    def __init__(self, items: list[tuple[int, list[TrajectorySpec]]], writer: TrajectoryWriter):
+    def __init__(self, items: list[tuple[int, int, list[TrajectorySpec]]], writer: TrajectoryWriter):
         super().__init__()
         self.items, self.writer = items, writer
 
     def predict_dataloader(self):
         rank, world = self.trainer.global_rank, self.trainer.world_size
-        done = self.writer.open(rank).done_items
-        mine = [it for it in self.items[rank::world] if it[0] not in done]
-        return DataLoader(ItemDataset(mine), batch_size=None, shuffle=False, collate_fn=lambda x: x)
+        writers = self.writer.open(rank)
+        mine = [it for it in self.items[rank::world] if it[1] not in writers[it[0]].done_items]
+        return DataLoader(ItemDataset(mine), batch_size=None, shuffle=False, collate_fn=_identity)
 
 
 def store_attrs(cfg: CollectConfig, model, tok, categories: list[str]) -> dict:
@@ -256,22 +274,24 @@ def run_collect(cfg: CollectConfig) -> dict:
     emb = model.backbone.get_input_embeddings().weight
     create_store(cfg.out, store_attrs(cfg, model, tok, categories), list(cfg.block_lengths),
                  token_pca(emb, feature_spec(cfg.feature_dim)["pca_dim"], cfg.seed))
-    report = {}
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    items, n_traj = [], {}
     for b in cfg.block_lengths:
         specs = build_specs(prompts, categories, b, cfg.blocks_per_prompt, cfg.context_len)
-        items = [(i, specs[s:s + cfg.batch_size]) for i, s in enumerate(range(0, len(specs), cfg.batch_size))]
-        writer = TrajectoryWriter(cfg.out, b, cfg.rows_per_chunk)
-        trainer = pl.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, logger=False,
-                             callbacks=[writer], enable_progress_bar=cfg.progress_bar, enable_model_summary=False,
-                             use_distributed_sampler=False, inference_mode=True)
-        t0 = time.perf_counter()
-        trainer.predict(CollectModule(model, cfg.policy, cfg.threshold, pad, cfg.precision),
-                        datamodule=CollectData(items, writer), return_predictions=False)
-        report[b] = {"trajectories": len(specs), "items": len(items), "rows_written_this_run": writer.rows_written,
-                     "wall_s": time.perf_counter() - t0}
+        n_traj[b] = len(specs)
+        items += [(b, i, specs[s:s + cfg.batch_size]) for i, s in enumerate(range(0, len(specs), cfg.batch_size))]
+    writer = TrajectoryWriter(cfg.out, cfg.block_lengths, cfg.rows_per_chunk)
+    trainer = pl.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, logger=False,
+                         callbacks=[writer], enable_progress_bar=cfg.progress_bar, enable_model_summary=False,
+                         use_distributed_sampler=False, inference_mode=True)
+    t0 = time.perf_counter()
+    trainer.predict(CollectModule(model, cfg.policy, cfg.threshold, pad, cfg.precision),
+                    datamodule=CollectData(items, writer), return_predictions=False)
+    wall = time.perf_counter() - t0
     del device
-    return report
+    return {"rank": trainer.global_rank, "wall_s": wall, "write_s": writer.seconds,
+            "trajectories": n_traj, "rows_written_this_run": writer.rows_written,
+            "rows_written_total_this_run": sum(writer.rows_written.values())}
 
 
 def main(argv: list[str]) -> int:
@@ -280,14 +300,12 @@ def main(argv: list[str]) -> int:
     from .store import store_info
 
     cfg = parse_dataclass("workbench collect", CollectConfig, argv)
-    report = run_collect(cfg)
-    if int(getattr(pl.utilities.rank_zero, "rank_zero_only").rank) == 0:
-        info = store_info(cfg.out)
-        for b, r in report.items():
-            rows = r["rows_written_this_run"]
-            print(f"B={b}: {r['trajectories']} trajectories, {rows} rows written this run in {r['wall_s']:.1f} s "
-                  f"({rows / max(r['wall_s'], 1e-9):.0f} rows/s)")
-        print(f"store {cfg.out}: {info}")
+    r = run_collect(cfg)
+    if r["rank"] == 0:
+        rows = r["rows_written_total_this_run"]
+        print(f"rank 0: {rows} rows written this run in {r['wall_s']:.1f} s ({rows / max(r['wall_s'], 1e-9):.0f} rows/s; "
+              f"store writes {r['write_s']:.1f} s); trajectories per B: {r['trajectories']}")
+        print(json.dumps(store_info(cfg.out), indent=2, default=str))
     return 0
 
 

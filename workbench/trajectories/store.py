@@ -1,0 +1,620 @@
+"""The Zarr v3 trajectory store: create / open, the resumable shard writer, the reader, ``info`` and ``verify``.
+
+Layout of a store directory (zarr v3, local filesystem)::
+
+    zarr.json               root attrs: schema_version + the collection settings (model_fingerprint,
+                            tokenizer_hash, policy, feature_spec, corpus_split, seed, categories, threshold, ...)
+    token_pca               (V, 44) float16, optional: PCA of the model's token embeddings
+    B{B}/                   one group per block length (attr block_length)
+      shard-{rank:03d}/     one group per writer process; attr "commit" = the commit record (see ShardWriter)
+        rows/<name>         row arrays, schema.row_array_specs(B)
+        trajectories/<name> trajectory arrays, schema.traj_array_specs(B)
+        items               (n_items, 3) int64 work-item bookkeeping, columns schema.ITEM_COLUMNS
+
+Chunking. Row arrays are sharded: one shard (= one file, the writer's write unit) holds ``rows_per_chunk``
+rows (default 16384, ~11.7 MB raw at B = 32) split into inner chunks of 256 rows (~100 KB of ``top_ids`` at
+B = 32), so a random row costs one small read + decode; 16384-row shards keep a 10M-row store at ~600 files
+per array. Whole shards are encoded by ``shardio.ShardEncoder`` and random rows read by
+``shardio.ShardedRows`` (zarr's per-inner-chunk pipeline overhead made both 3-20x slower); everything else
+goes through zarr. Trajectory arrays use plain chunks of ``traj_per_chunk`` (1024) trajectories, ``items``
+chunks of 4096. Every chunk is blosc-lz4 + byte shuffle (fast both ways; small token ids compress well).
+Arrays are written with ``write_empty_chunks=True`` so a missing chunk file always means damage.
+
+Durability. Every file write in zarr's LocalStore is atomic (temporary file + rename). The writer appends whole
+chunks, writes the data first and the commit record last; on open it rolls every array back to the end of
+the last fully committed work item. So a writer may be SIGKILLed at any point and a restart with the same
+arguments produces the same arrays as an uninterrupted run. One process per shard group (an flock on the
+shard directory enforces it). Consolidated metadata is never used (it goes stale after appends).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import zarr
+from zarr.codecs import BloscCodec
+
+from .schema import ITEM_COLUMNS, PCA_DIM, SCHEMA_VERSION, row_array_specs, row_nbytes, traj_array_specs
+from .shardio import fast_reader, fast_writer
+
+ROW_INNER_CHUNK = 256          # rows per inner chunk of a row-array shard
+DEFAULT_ROWS_PER_CHUNK = 16384  # rows per shard file = the writer's write unit
+DEFAULT_TRAJ_PER_CHUNK = 1024
+ITEM_CHUNK = 4096
+GROW_CHUNKS = 16               # arrays grow in steps of 16 write units (fewer metadata rewrites)
+SLICE_BYTES = 32 << 20         # verify / info read this many raw bytes of rows at a time
+COMPRESSORS = (BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),)
+_WRITE_CFG = {"write_empty_chunks": True}
+_EMPTY_COMMIT = {"rows": 0, "trajs": 0, "items": 0, "item_rows": 0, "item_trajs": 0}
+
+
+class StoreError(ValueError):
+    """A one-line, user-facing store problem: what is wrong and how to fix it."""
+
+
+# ----------------------------------------------------------------------------------------------- create / open
+def _jsonable(attrs: dict) -> dict:
+    """``attrs`` as zarr stores them (JSON round trip; numpy scalars / arrays become Python values)."""
+    def default(o):
+        if isinstance(o, (np.generic, np.ndarray)):
+            return o.tolist()
+        raise TypeError(f"store attribute value {o!r} is not JSON-serialisable")
+    try:
+        return json.loads(json.dumps(attrs, default=default))
+    except TypeError as e:
+        raise StoreError(f"{e}: pass str / int / float / list / dict values") from None
+
+
+def _block_lengths(root: zarr.Group) -> list[int]:
+    return sorted(int(k[1:]) for k in root.group_keys() if re.fullmatch(r"B\d+", k))
+
+
+def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndarray | None = None) -> None:
+    """Create a store at ``path`` (root attrs ``{"schema_version": SCHEMA_VERSION, **attrs}``, one group ``B{B}``
+    per block length, optional ``token_pca`` (V, 44) stored as float16).
+
+    If a store with identical attrs, block lengths and ``token_pca`` exists this is a no-op (how resume
+    re-opens it). Raises StoreError if it exists with different settings or ``path`` is something else.
+    """
+    p = Path(path)
+    attrs = {"schema_version": SCHEMA_VERSION, **_jsonable(attrs)}
+    lens = sorted({int(b) for b in block_lengths})
+    if not lens or min(lens) < 1:
+        raise StoreError(f"block_lengths {block_lengths} must be a non-empty list of positive ints")
+    if token_pca is not None:
+        token_pca = np.asarray(token_pca, dtype=np.float16)
+        if token_pca.ndim != 2 or token_pca.shape[1] != PCA_DIM:
+            raise StoreError(f"token_pca has shape {token_pca.shape}, expected (V, {PCA_DIM}): fit the PCA with {PCA_DIM} components")
+    if (p / "zarr.json").is_file():
+        root = zarr.open_group(p, mode="r")
+        if "schema_version" in root.attrs:  # a finished store: compare settings
+            old = {"block_lengths": _block_lengths(root), **dict(root.attrs)}
+            new = {"block_lengths": lens, **attrs}
+            for key in sorted(set(old) | set(new), key=str):
+                if old.get(key) != new.get(key):
+                    raise StoreError(f"store {p} was created with different settings ({key}: {old.get(key)!r} != "
+                                     f"{new.get(key)!r}); use a new path or delete it")
+            if token_pca is not None and ("token_pca" not in root or not np.array_equal(root["token_pca"][:], token_pca)):
+                raise StoreError(f"store {p} was created with different settings (token_pca differs); use a new path or delete it")
+            return
+    if p.exists() and not (p.is_dir() and all(re.fullmatch(r"zarr\.json|token_pca|B\d+", f) for f in os.listdir(p))):
+        raise StoreError(f"{p} exists and is not a workbench trajectory store: choose another path")
+    # New store, or an interrupted create_store: build from scratch; root attrs last (they mark it complete).
+    root = zarr.open_group(p, mode="w")
+    for b in lens:
+        root.create_group(f"B{b}", attributes={"block_length": b})
+    if token_pca is not None:
+        arr = root.create_array("token_pca", shape=token_pca.shape, dtype=np.float16,
+                                chunks=(min(len(token_pca), 8192) or 1, PCA_DIM), compressors=COMPRESSORS)
+        arr[:] = token_pca
+    root.attrs.update(attrs)
+
+
+def open_store(path) -> zarr.Group:
+    """Open a store read-only. Raises StoreError if it is missing, not a workbench store, or newer than this code."""
+    p = Path(path)
+    if not (p / "zarr.json").is_file():
+        raise StoreError(f"no trajectory store at {p}: check the path or collect one first")
+    try:
+        root = zarr.open_group(p, mode="r")
+    except Exception as e:  # noqa: BLE001
+        raise StoreError(f"{p} is not a readable zarr group ({type(e).__name__}): check the path") from None
+    version = root.attrs.get("schema_version")
+    if not isinstance(version, int):
+        raise StoreError(f"{p} is not a workbench trajectory store (no schema_version attribute): check the path")
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"store schema version {version} is newer than this workbench ({SCHEMA_VERSION}); upgrade workbench")
+    return root
+
+
+# ------------------------------------------------------------------------------------------------------ writer
+class _Stream:
+    """Arrays sharing a leading dimension, appended in whole chunks of ``chunk``.
+
+    The buffer always starts at ``base`` (chunk-aligned) and holds rows ``[base, end)``: a partial chunk that
+    is already on disk (after a final flush or a resume) stays buffered so it is rewritten whole later.
+    """
+
+    def __init__(self, arrays: dict[str, zarr.Array], committed: int):
+        self.arrays = {k: a.with_config(_WRITE_CFG) for k, a in arrays.items()}
+        self.encoders = {k: fast_writer(a) for k, a in arrays.items()}  # None: write through zarr
+        first = next(iter(self.arrays.values()))
+        self.chunk = (first.shards or first.chunks)[0]
+        self.committed = committed
+        self.base = committed // self.chunk * self.chunk
+        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in arrays}
+        self.buffered = 0
+        if committed > self.base:  # reload the on-disk partial chunk
+            self.push({k: a[self.base:committed] for k, a in self.arrays.items()})
+
+    @property
+    def end(self) -> int:
+        return self.base + self.buffered
+
+    def push(self, data: dict[str, np.ndarray]) -> None:
+        for k, v in data.items():
+            self.parts[k].append(v)
+        self.buffered += len(next(iter(data.values())))
+
+    def write(self, final: bool) -> None:
+        """Write buffered whole chunks (``final``: everything); data only, no commit record."""
+        stop = self.end if final else self.end // self.chunk * self.chunk
+        if stop <= self.committed:
+            return
+        keep_from = stop // self.chunk * self.chunk
+        for k, a in self.arrays.items():
+            data = np.concatenate(self.parts[k]) if len(self.parts[k]) > 1 else self.parts[k][0]
+            if a.shape[0] < stop:
+                step = self.chunk * GROW_CHUNKS
+                a.resize((math.ceil(stop / step) * step,) + a.shape[1:])
+            if self.encoders[k] is not None:
+                self.encoders[k].write(self.base, data[:stop - self.base])
+            else:
+                a[self.base:stop] = data[:stop - self.base]
+            self.parts[k] = [data[keep_from - self.base:]]
+        self.buffered = self.end - keep_from
+        self.base, self.committed = keep_from, stop
+
+    def trim(self, n: int) -> None:
+        """Resize every array to exactly ``n`` rows (drops growth headroom / uncommitted data)."""
+        for a in self.arrays.values():
+            if a.shape[0] != n:
+                a.resize((n,) + a.shape[1:])
+
+
+class ShardWriter:
+    """Appends complete trajectories to shard group ``B{B}/shard-{rank:03d}`` (``rows/`` and ``trajectories/``).
+
+    Data is buffered in memory and written in whole write units (``rows_per_chunk`` rows = one shard file;
+    ``traj_per_chunk`` trajectories); partial writes rewrite chunks and are ~12x slower. After each write the
+    **commit record** (shard attr ``commit``) is updated, data first, record last::
+
+        rows / trajs / items    lengths of the row, trajectory and items arrays that are durably written
+        item_rows / item_trajs  end of the last fully written work item (what readers present)
+
+    On open the writer rolls back to the last fully committed item (a commit can land mid-item) and resizes
+    every array to it, so appends continue from a consistent point. Chunk sizes of an existing shard win over
+    the arguments. Raises StoreError if the store is missing / has no such block length / the shard is held by
+    another process.
+    """
+
+    def __init__(self, path, block_length: int, rank: int = 0, rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK,
+                 traj_per_chunk: int = DEFAULT_TRAJ_PER_CHUNK):
+        root = open_store(path)
+        B = self.block_length = int(block_length)
+        if f"B{B}" not in root:
+            raise StoreError(f"store {path} has no block length {B} (has {_block_lengths(root)}): "
+                             f"create it with block_lengths including {B}")
+        self.name = f"B{B}/shard-{int(rank):03d}"
+        shard_dir = Path(path) / self.name
+        shard_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(shard_dir, os.O_RDONLY)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise StoreError(f"shard {self.name} of {path} is being written by another process: give each "
+                             "process its own rank") from None
+        for tmp in shard_dir.rglob("*.partial"):  # temp files of writes interrupted by a kill
+            tmp.unlink(missing_ok=True)
+        group = zarr.open_group(Path(path), mode="a")[f"B{B}"]
+        if "commit" not in zarr.open_group(shard_dir, mode="a").attrs:  # new, or creation was interrupted
+            self.group = self._create(group, shard_dir, rows_per_chunk, traj_per_chunk)
+        else:
+            self.group = group[f"shard-{int(rank):03d}"]
+        self._recover()
+
+    def _create(self, parent: zarr.Group, shard_dir: Path, rows_per_chunk: int, traj_per_chunk: int) -> zarr.Group:
+        for entry in shard_dir.iterdir():
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        g = parent.require_group(shard_dir.name)
+        S = int(rows_per_chunk)
+        inner = math.gcd(S, ROW_INNER_CHUNK) if S > ROW_INNER_CHUNK else S
+        rows, trajs = g.require_group("rows"), g.require_group("trajectories")
+        for name, (shape, dtype) in row_array_specs(self.block_length).items():
+            rows.create_array(name, shape=(0, *shape), dtype=dtype, chunks=(inner, *shape), shards=(S, *shape),
+                              compressors=COMPRESSORS, overwrite=True)
+        for name, (shape, dtype) in traj_array_specs(self.block_length).items():
+            trajs.create_array(name, shape=(0, *shape), dtype=dtype, chunks=(int(traj_per_chunk), *shape),
+                               compressors=COMPRESSORS, overwrite=True)
+        g.create_array("items", shape=(0, len(ITEM_COLUMNS)), dtype=np.int64, chunks=(ITEM_CHUNK, len(ITEM_COLUMNS)),
+                       compressors=COMPRESSORS, overwrite=True)
+        g.attrs.update({"block_length": self.block_length, "commit": dict(_EMPTY_COMMIT)})
+        return g
+
+    def _recover(self) -> None:
+        g = self.group
+        rows = {k: g["rows"][k] for k in row_array_specs(self.block_length)}
+        trajs = {k: g["trajectories"][k] for k in traj_array_specs(self.block_length)}
+        items = g["items"]
+        c = g.attrs["commit"]
+        n_rows = min([c["rows"]] + [a.shape[0] for a in rows.values()])
+        n_trajs = min([c["trajs"]] + [a.shape[0] for a in trajs.values()])
+        recs = items[:min(c["items"], items.shape[0])]
+        n_items = int(np.sum((recs[:, 2] <= n_rows) & (recs[:, 1] <= n_trajs)))  # ends are monotone
+        recs = recs[:n_items]
+        R0, T0 = (int(recs[-1, 2]), int(recs[-1, 1])) if n_items else (0, 0)
+        commit = {"rows": R0, "trajs": T0, "items": n_items, "item_rows": R0, "item_trajs": T0}
+        if commit != c:
+            g.attrs["commit"] = commit  # record first (R0 <= every array's length), then cut the arrays
+        self.rows, self.trajs, self.items = _Stream(rows, R0), _Stream(trajs, T0), _Stream({"items": items}, n_items)
+        for s, n in ((self.rows, R0), (self.trajs, T0), (self.items, n_items)):
+            s.trim(n)
+        self._done = set(recs[:, 0].tolist())
+        self._last_id = int(recs[-1, 0]) if n_items else None
+        self._pending: list[tuple[int, int, int]] = []  # (item_id, traj_end, row_end) not yet committed
+
+    @property
+    def done_items(self) -> set[int]:
+        """Work-item ids fully and durably written (the live set: do not modify it)."""
+        return self._done
+
+    def append(self, item_id: int, rows: dict[str, np.ndarray], trajs: dict[str, np.ndarray]) -> None:
+        """Buffer all trajectories of one work item; writes whole chunks when a write unit is full.
+
+        ``rows``: every array of ``schema.row_array_specs(B)`` with the same leading length n, rows grouped by
+        trajectory with ``traj`` = item-local trajectory index 0..t-1 (non-decreasing). ``trajs``: every array of
+        ``schema.traj_array_specs(B)`` except ``row_start`` / ``row_end``, leading length t. Items must come in
+        increasing id order; ids already in :attr:`done_items` are ignored. Raises StoreError on bad input.
+        """
+        item_id = int(item_id)
+        if self._lock_fd is None:
+            raise StoreError(f"append to closed writer of {self.name}: open a new ShardWriter to continue")
+        if item_id in self._done:
+            return
+        if self._last_id is not None and item_id <= self._last_id:
+            raise StoreError(f"work item {item_id} appended after item {self._last_id}: append items in increasing id order")
+        rows = _conform(rows, row_array_specs(self.block_length), f"rows of item {item_id}")
+        tspec = {k: v for k, v in traj_array_specs(self.block_length).items() if k not in ("row_start", "row_end")}
+        trajs = _conform(trajs, tspec, f"trajs of item {item_id}")
+        t, local = len(trajs["prompt_id"]), rows["traj"]
+        if len(local) and (local.min() < 0 or local.max() >= t or np.any(np.diff(local) < 0)):
+            raise StoreError(f"rows of item {item_id} have traj outside 0..{t - 1} or not grouped by trajectory: "
+                             "give item-local trajectory indices in non-decreasing order")
+        counts = np.bincount(local, minlength=t)
+        ends = self.rows.end + np.cumsum(counts)
+        rows["traj"] = local + self.trajs.end
+        trajs["row_start"], trajs["row_end"] = ends - counts, ends
+        self.rows.push(rows)
+        self.trajs.push(trajs)
+        self._pending.append((item_id, self.trajs.end, self.rows.end))
+        self._last_id = item_id
+        if self.rows.end - self.rows.base >= self.rows.chunk or self.trajs.end - self.trajs.base >= self.trajs.chunk:
+            self.flush()
+
+    def flush(self, final: bool = False) -> None:
+        """Write whole buffered chunks (``final``: everything, trimmed to exact lengths), then the commit record."""
+        self.rows.write(final)
+        self.trajs.write(final)
+        n_done = 0
+        for item_id, t_end, r_end in self._pending:
+            if r_end > self.rows.committed or t_end > self.trajs.committed:
+                break
+            n_done += 1
+        done, self._pending = self._pending[:n_done], self._pending[n_done:]
+        if done:
+            self.items.push({"items": np.array([[i, t, r] for i, t, r in done], dtype=np.int64)})
+        self.items.write(True)
+        if final:
+            for s in (self.rows, self.trajs, self.items):
+                s.trim(s.committed)
+        old = self.group.attrs["commit"]
+        c = dict(old, rows=self.rows.committed, trajs=self.trajs.committed, items=self.items.committed)
+        if done:
+            c.update(item_rows=done[-1][2], item_trajs=done[-1][1])
+        if c != old:
+            self.group.attrs["commit"] = c
+        self._done.update(i for i, _, _ in done)
+
+    def close(self) -> None:
+        """``flush(final=True)`` and release the shard lock."""
+        if self._lock_fd is None:
+            return
+        self.flush(final=True)
+        os.close(self._lock_fd)
+        self._lock_fd = None
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _conform(data: dict, spec: dict, what: str) -> dict[str, np.ndarray]:
+    """Check names / trailing shapes / equal lengths and cast to the schema dtypes. Raises StoreError."""
+    if set(data) != set(spec):
+        raise StoreError(f"{what} have arrays {sorted(data)}, expected {sorted(spec)}")
+    out, n = {}, None
+    for name, (shape, dtype) in spec.items():
+        a = np.asarray(data[name])
+        if a.ndim != 1 + len(shape) or a.shape[1:] != shape or (n is not None and len(a) != n):
+            want = "(" + ", ".join(map(str, (n if n is not None else "n", *shape))) + ")"
+            raise StoreError(f"{what}: array {name} has shape {a.shape}, expected {want}: check the block length")
+        n = len(a)
+        out[name] = np.array(a, dtype=dtype, order="C")  # a copy: callers may reuse their buffers
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ reader
+def _shards(root: zarr.Group, B: int, path) -> list[tuple[str, zarr.Group, dict]]:
+    if f"B{B}" not in root:
+        raise StoreError(f"store {path} has no block length {B} (has {_block_lengths(root)}): pick one of those")
+    group = root[f"B{B}"]
+    names = sorted(k for k in group.group_keys() if re.fullmatch(r"shard-\d+", k))
+    return [(n, group[n], group[n].attrs.get("commit")) for n in names]  # commit None: creation interrupted
+
+
+class StoreReader:
+    """All shards of one block length presented as one dataset (global row and trajectory indices).
+
+    Only the committed part of each shard is visible (rows ``[0, item_rows)``, trajectories
+    ``[0, item_trajs)`` of the commit record), so a store can be read while it is being written.
+    Attributes: ``n_rows``, ``n_traj``, ``block_length``, ``attrs`` (root attrs), ``token_pca`` ((V, 44)
+    float16 or None). Global ids follow shard order (``shard-000`` first).
+    """
+
+    def __init__(self, path, block_length: int):
+        self.path, self.block_length = Path(path), int(block_length)
+        root = open_store(path)
+        self.attrs = dict(root.attrs)
+        self.token_pca = root["token_pca"][:] if "token_pca" in root else None
+        self._rows, self._trajs, self._fast, self.shard_names = [], [], [], []
+        n_rows, n_trajs = [], []
+        for name, g, c in _shards(root, self.block_length, path):
+            if c is None:
+                continue
+            self.shard_names.append(name)
+            self._rows.append({k: g["rows"][k] for k in row_array_specs(self.block_length)})
+            self._trajs.append({k: g["trajectories"][k] for k in traj_array_specs(self.block_length)})
+            self._fast.append({k: fast_reader(a, c["item_rows"]) for k, a in self._rows[-1].items()})
+            n_rows.append(c["item_rows"])
+            n_trajs.append(c["item_trajs"])
+        self._row_off = np.concatenate([[0], np.cumsum(n_rows, dtype=np.int64)])
+        self._traj_off = np.concatenate([[0], np.cumsum(n_trajs, dtype=np.int64)])
+        self.n_rows, self.n_traj = int(self._row_off[-1]), int(self._traj_off[-1])
+
+    def read_rows(self, idx: np.ndarray) -> dict[str, np.ndarray]:
+        """Rows at global indices ``idx`` (int, any order, repeats allowed) -> ``{name: (len(idx), *trailing)}``
+        with ``traj`` as global trajectory ids. Raises IndexError out of range, StoreError on a corrupt chunk."""
+        idx = np.asarray(idx, dtype=np.int64).ravel()
+        if len(idx) and (idx.min() < 0 or idx.max() >= self.n_rows):
+            raise IndexError(f"row index out of range [0, {self.n_rows})")
+        shard = np.searchsorted(self._row_off, idx, side="right") - 1
+        out = {k: np.empty((len(idx), *s), d) for k, (s, d) in row_array_specs(self.block_length).items()}
+        for s in np.unique(shard).tolist():
+            m = shard == s
+            local = idx[m] - self._row_off[s]
+            for k, a in self._rows[s].items():
+                out[k][m] = self._read(s, k, a, local)
+        out["traj"] += self._traj_off[shard]
+        return out
+
+    def _read(self, s: int, name: str, arr: zarr.Array, local: np.ndarray) -> np.ndarray:
+        try:
+            if self._fast[s][name] is not None:
+                return self._fast[s][name].read(local)
+            uniq, inv = np.unique(local, return_inverse=True)
+            return arr.oindex[uniq][inv]
+        except Exception as e:  # noqa: BLE001
+            raise StoreError(f"corrupt data in {self.shard_names[s]}/rows/{name} ({_one_line(e)}): "
+                             "run `workbench store verify` on the store") from None
+
+    def read_row_range(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """Rows ``[start, stop)`` (global, clipped to ``n_rows``) as in :meth:`read_rows`."""
+        start, stop = max(0, int(start)), min(int(stop), self.n_rows)
+        parts: dict[str, list[np.ndarray]] = {k: [] for k in row_array_specs(self.block_length)}
+        for s in range(len(self._rows)):
+            a, b = max(start, self._row_off[s]), min(stop, self._row_off[s + 1])
+            if a >= b:
+                continue
+            for k, arr in self._rows[s].items():
+                v = arr[a - self._row_off[s]:b - self._row_off[s]]
+                parts[k].append(v + self._traj_off[s] if k == "traj" else v)
+        return {k: np.concatenate(v) if v else np.empty((0, *s), d)
+                for (k, v), (s, d) in zip(parts.items(), row_array_specs(self.block_length).values())}
+
+    def trajectories(self) -> pd.DataFrame:
+        """One row per trajectory, index = global trajectory id: prompt_id, category (name), block_index,
+        row_start, row_end (global rows), shard (writer rank)."""
+        cats = self.attrs.get("categories")
+        frames = []
+        for s, arrs in enumerate(self._trajs):
+            n = self._traj_off[s + 1] - self._traj_off[s]
+            code = arrs["category"][:n]
+            frames.append(pd.DataFrame({
+                "prompt_id": arrs["prompt_id"][:n],
+                "category": np.asarray(cats, dtype=object)[code] if cats else code.astype(str),
+                "block_index": arrs["block_index"][:n],
+                "row_start": arrs["row_start"][:n] + self._row_off[s],
+                "row_end": arrs["row_end"][:n] + self._row_off[s],
+                "shard": int(self.shard_names[s].split("-")[1]),
+            }))
+        cols = ["prompt_id", "category", "block_index", "row_start", "row_end", "shard"]
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+        df.index.name = "traj"
+        return df
+
+    def final_ids(self) -> np.ndarray:
+        """Final committed token ids of every trajectory: (n_traj, B) int32."""
+        parts = [a["final_ids"][:self._traj_off[s + 1] - self._traj_off[s]] for s, a in enumerate(self._trajs)]
+        return np.concatenate(parts) if parts else np.empty((0, self.block_length), np.int32)
+
+
+def _one_line(e: Exception) -> str:
+    msg = " ".join(str(e).split())
+    return f"{type(e).__name__}: {msg[:160]}" if msg else type(e).__name__
+
+
+# ---------------------------------------------------------------------------------------------- info / verify
+def _slice_rows(B: int, chunk: int) -> int:
+    return max(chunk, SLICE_BYTES // row_nbytes(B) // chunk * chunk)
+
+
+def _dir_bytes(p: Path) -> int:
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+def store_info(path) -> dict:
+    """Summary of a store: ``{"path", "schema_version", "attrs", "bytes_on_disk", "block_lengths": {B: {...}}}``.
+
+    Per block length: rows, trajectories, shards, bytes_on_disk, bytes_per_row, label_balance (mean label over
+    masked positions; None if none) and label_balance_by_category ({name: mean}). Reads in bounded slices.
+    """
+    root = open_store(path)
+    out = {"path": str(path), "schema_version": root.attrs["schema_version"], "attrs": dict(root.attrs),
+           "bytes_on_disk": _dir_bytes(Path(path)), "block_lengths": {}}
+    cats = list(root.attrs.get("categories") or [])
+    for B in _block_lengths(root):
+        pos, msk = np.zeros(max(len(cats), 1)), np.zeros(max(len(cats), 1))
+        rows = trajs = 0
+        shards = [s for s in _shards(root, B, path) if s[2] is not None]
+        for name, g, c in shards:
+            n, t = c["item_rows"], c["item_trajs"]
+            rows, trajs = rows + n, trajs + t
+            code = g["trajectories/category"][:t].astype(np.int64)
+            ncat = max(len(cats), int(code.max()) + 1 if t else 1)
+            pos, msk = np.pad(pos, (0, ncat - len(pos))), np.pad(msk, (0, ncat - len(msk)))
+            step = _slice_rows(B, g["rows/label"].shards[0])
+            for a in range(0, n, step):
+                lab, m = g["rows/label"][a:a + step], g["rows/masked"][a:a + step]
+                rc = code[g["rows/traj"][a:a + step]]
+                pos += np.bincount(rc, weights=(lab & m).sum(1), minlength=len(pos))
+                msk += np.bincount(rc, weights=m.sum(1), minlength=len(msk))
+        nbytes = _dir_bytes(Path(path) / f"B{B}")
+        names = [cats[i] if i < len(cats) else str(i) for i in range(len(pos))]
+        out["block_lengths"][B] = {
+            "rows": rows, "trajectories": trajs, "shards": len(shards), "bytes_on_disk": nbytes,
+            "bytes_per_row": nbytes / rows if rows else None,
+            "label_balance": float(pos.sum() / msk.sum()) if msk.sum() else None,
+            "label_balance_by_category": {names[i]: float(pos[i] / msk[i]) for i in range(len(pos)) if msk[i]},
+        }
+    return out
+
+
+def verify_store(path, model_fingerprint: str | None = None, tokenizer_hash: str | None = None) -> dict:
+    """Check a store end to end; returns ``{"path", "schema_version", "block_lengths": {B: {rows, trajectories,
+    shards}}}``. Raises StoreError (one line naming the problem and the fix) on the first problem found: missing
+    store, newer schema, model / tokenizer mismatch, schema shape / dtype mismatch, missing or corrupt chunks,
+    truncated arrays, NaN / inf probabilities or entropies, broken row ranges, labels inconsistent with final ids.
+    Reads rows in ~32 MB slices, so memory stays bounded for any store size.
+    """
+    root = open_store(path)
+    for key, want, what in (("model_fingerprint", model_fingerprint, "model"), ("tokenizer_hash", tokenizer_hash, "tokenizer")):
+        have = root.attrs.get(key)
+        if want is not None and have != want:
+            raise StoreError(f"store was collected with {what} {have}, not {want}: collect a new store for this {what}")
+    if "token_pca" in root:
+        _check_spec(root["token_pca"], ((PCA_DIM,), np.dtype(np.float16)), "token_pca", None)
+    summary = {"path": str(path), "schema_version": root.attrs["schema_version"], "block_lengths": {}}
+    for B in _block_lengths(root):
+        shards = _shards(root, B, path)
+        for name, g, c in shards:
+            _verify_shard(Path(path), f"B{B}/{name}", g, c, B)
+        summary["block_lengths"][B] = {"rows": sum(c["item_rows"] for *_, c in shards),
+                                       "trajectories": sum(c["item_trajs"] for *_, c in shards), "shards": len(shards)}
+    return summary
+
+
+def _check_spec(arr: zarr.Array, spec, where: str, committed: int | None) -> None:
+    shape, dtype = spec
+    if arr.dtype != dtype or tuple(arr.shape[1:]) != shape:
+        raise StoreError(f"array {where} has shape {arr.shape} / dtype {arr.dtype}, the schema says (n, "
+                         f"{', '.join(map(str, shape))}) / {dtype}: the store was written by incompatible code; collect it again")
+    if committed is not None and arr.shape[0] < committed:
+        raise StoreError(f"array {where} is truncated: {arr.shape[0]} rows on disk, {committed} committed; "
+                         "re-run the collection with the same arguments to rewrite the lost part")
+
+
+def _check_files(root: Path, arr: zarr.Array, where: str, n: int) -> None:
+    """Every chunk (shard) file below ``n`` must exist: arrays are written with write_empty_chunks=True."""
+    outer = (arr.shards or arr.chunks)[0]
+    for i in range(math.ceil(n / outer)):
+        f = root / arr.path / "c" / "/".join([str(i)] + ["0"] * (arr.ndim - 1))
+        if not f.is_file():
+            raise StoreError(f"array {where} is truncated: chunk file {f.relative_to(root)} is missing; delete the "
+                             "shard group and re-run the collection to rewrite it")
+
+
+def _read(arr: zarr.Array, sl: slice, where: str) -> np.ndarray:
+    try:
+        return arr[sl]
+    except Exception as e:  # noqa: BLE001 - any codec / store error is a corrupt chunk
+        raise StoreError(f"corrupt chunk in array {where} (entries {sl.start}-{sl.stop}: {_one_line(e)}); delete "
+                         "the shard group and re-run the collection to rewrite it") from None
+
+
+def _verify_shard(root: Path, name: str, g: zarr.Group, c: dict, B: int) -> None:
+    if not isinstance(c, dict) or set(c) != set(_EMPTY_COMMIT):
+        raise StoreError(f"shard {name} has no valid commit record: its writer never committed; delete the shard group and re-run the collection")
+    arrays = {}
+    for sub, spec, n in (("rows", row_array_specs(B), c["rows"]), ("trajectories", traj_array_specs(B), c["trajs"])):
+        for k, s in spec.items():
+            where = f"{name}/{sub}/{k}"
+            if k not in g[sub]:
+                raise StoreError(f"array {where} is missing: the store was written by incompatible code; collect it again")
+            arrays[k] = g[sub][k]
+            _check_spec(arrays[k], s, where, n)
+            _check_files(root, arrays[k], where, n)
+    _check_spec(g["items"], ((len(ITEM_COLUMNS),), np.dtype(np.int64)), f"{name}/items", c["items"])
+    R, T = c["item_rows"], c["item_trajs"]
+    items = _read(g["items"], slice(0, c["items"]), f"{name}/items")
+    traj = {k: _read(arrays[k], slice(0, T), f"{name}/trajectories/{k}") for k in ("row_start", "row_end")}
+    rs, re_ = traj["row_start"], traj["row_end"]
+    ok_items = (not len(items) or (np.all(np.diff(items[:, 0]) > 0) and np.all(np.diff(items[:, 1:], axis=0) >= 0)
+                                   and items[-1, 1] == T and items[-1, 2] == R))
+    if not ok_items or R > c["rows"] or T > c["trajs"]:
+        raise StoreError(f"shard {name} has an inconsistent commit record / items table: delete the shard group and re-run the collection")
+    if T and (rs[0] != 0 or re_[-1] != R or np.any(rs[1:] != re_[:-1]) or np.any(re_ < rs)):
+        raise StoreError(f"shard {name} has trajectory row ranges that are not contiguous and monotone: "
+                         "delete the shard group and re-run the collection")
+    if R and not T:
+        raise StoreError(f"shard {name} has {R} rows but no trajectories: delete the shard group and re-run the collection")
+    step = _slice_rows(B, arrays["label"].shards[0] if arrays["label"].shards else arrays["label"].chunks[0])
+    for a in range(0, R, step):
+        sl = slice(a, min(a + step, R))
+        v = {k: _read(arrays[k], sl, f"{name}/rows/{k}") for k in row_array_specs(B)}
+        for k in ("top_probs", "entropy"):
+            if not np.all(np.isfinite(v[k])):
+                bad = a + int(np.argwhere(~np.isfinite(v[k]))[0, 0])
+                raise StoreError(f"array {name}/rows/{k} has NaN/inf at row {bad}: the collecting model produced "
+                                 "non-finite outputs; fix the model / precision and collect again")
+        expect = np.searchsorted(re_, np.arange(sl.start, sl.stop), side="right")
+        if np.any(v["traj"] != expect):
+            bad = a + int(np.argmax(v["traj"] != expect))
+            raise StoreError(f"array {name}/rows/traj disagrees with the trajectory row ranges at row {bad}: "
+                             "delete the shard group and re-run the collection")
+        t0 = int(expect[0])
+        fin = _read(arrays["final_ids"], slice(t0, int(expect[-1]) + 1), f"{name}/trajectories/final_ids")[expect - t0]
+        bad_pos = v["masked"] & (v["label"] != (v["top_ids"][..., 0] == fin))
+        if bad_pos.any():
+            r, j = np.argwhere(bad_pos)[0]
+            raise StoreError(f"label inconsistency in {name} at row {a + r}, position {j}: label must equal "
+                             "top_ids[..., 0] == final_ids at masked positions; fix the collector and collect again")
