@@ -13,7 +13,8 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
     p = run_cli("demo", "--retrain", "true", "--train_config", "workbench/configs/micro.yaml",
                 "--corpus", str(small_corpus), "--out_dir", str(out), "--n_prompts", "4", "--prompt_len", "48",
                 "--gen_len", "16", "--block_lengths", "[4,8]", "--thresholds", "[0.5,0.9]", "--heldout_windows", "4",
-                "--progress_bar", "false", "--precision", "fp32")
+                "--progress_bar", "false", "--precision", "fp32",
+                "--collect_prompts", "8", "--collect_block_lengths", "[4,8]")
     wall = time.time() - t0
     assert p.returncode == 0, p.stderr[-3000:]
     assert wall < 60, f"micro demo took {wall:.0f} s"
@@ -30,3 +31,7 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
     report = (out / "report.md").read_text()
     assert "Headline" in report and "unigram baseline" in report
     assert "decoding summary" in p.stdout
+    # the trajectory store section (issue 3)
+    assert "Trajectory store" in report and metrics["collection"]["info"]["block_lengths"]["8"]["trajectories"] == 32
+    from workbench.trajectories.store import verify_store
+    verify_store(out / "trajectories.zarr")

@@ -66,8 +66,8 @@ class DemoConfig:
     """Block lengths of the demo's trajectory store."""
     collect_policy: str = "serial"
     """Trajectory policy of the demo's store (serial, hybrid, confidence)."""
-    store: str = "trajectories/demo-tiny-serial.zarr"
-    """Where the demo's trajectory store is written (resumed if it exists with the same settings)."""
+    store: str | None = None
+    """Where the demo's trajectory store is written (default: ``<out_dir>/trajectories.zarr``)."""
     heldout_windows: int = 128
     """Validation windows (256 tokens) for the held-out loss."""
     batch_size: int = 16
@@ -154,7 +154,7 @@ def run_demo(cfg: DemoConfig) -> Path:
             model_dir = builtin_model_path(str(model_spec).split(":", 1)[1])
         has_curves = plot_training_curves(Path(model_dir) / "training_log.csv", run / "training_curves.png")
 
-        collection = _collect(cfg, model_spec) if cfg.collect else None
+        collection = _collect(cfg, model_spec, run, final) if cfg.collect else None
         headline = _headline(summary)
         metrics = {"model": str(model_spec), "parameters": n_params, "heldout": held, "splits": split_stats,
                    "n_prompts": len(prompts), "headline": headline, "targets": TARGETS, "collection": collection,
@@ -174,17 +174,21 @@ def run_demo(cfg: DemoConfig) -> Path:
     return final
 
 
-def _collect(cfg: DemoConfig, model_spec: str) -> dict:
+def _collect(cfg: DemoConfig, model_spec: str, run: Path, final: Path) -> dict:
     """Collect the demo's trajectory store (NLD App. A) and return its numbers for the report."""
     from .trajectories.collect import CollectConfig, run_collect
     from .trajectories.store import store_info
 
-    ccfg = CollectConfig(model=str(model_spec), out=cfg.store, policy=cfg.collect_policy,
+    out = cfg.store or str(run / "trajectories.zarr")
+    shown = cfg.store or str(final / "trajectories.zarr")
+    ccfg = CollectConfig(model=str(model_spec), out=out, policy=cfg.collect_policy,
                          block_lengths=list(cfg.collect_block_lengths), corpus=cfg.corpus, split="train",
                          n_prompts=cfg.collect_prompts, precision=cfg.precision, progress_bar=cfg.progress_bar,
                          accelerator="cpu" if cfg.device == "cpu" else "auto")
     r = run_collect(ccfg)
-    return {"store": cfg.store, "policy": cfg.collect_policy, "run": r, "info": store_info(cfg.store)}
+    info = store_info(out)
+    info["path"] = shown
+    return {"store": shown, "policy": cfg.collect_policy, "run": r, "info": info}
 
 
 def _headline(summary: pd.DataFrame) -> dict:
