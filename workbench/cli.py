@@ -19,6 +19,7 @@ commands:
   collect       collect denoising trajectories into a Zarr store (Lightning predict loop)
   store info    sizes, row counts, label balance of a trajectory store
   store verify  check a trajectory store (shapes, row ranges, labels, NaNs, model match)
+  sweep         Optuna multi-objective threshold study (maximise TPF and accuracy), Pareto front
 
 run 'workbench <command> --help' for the options of a command."""
 
@@ -60,6 +61,12 @@ def _cmd_store(argv: list[str]) -> int:
     return store_cli.main(argv)
 
 
+def _cmd_sweep(argv: list[str]) -> int:
+    from .tune import sweep
+
+    return sweep.main(argv)
+
+
 def _cmd_collect(argv: list[str]) -> int:
     from .trajectories import collect
 
@@ -86,7 +93,7 @@ def _commands():
     from .evaluation import harness
 
     return {"train": _cmd_train, "demo": demo.main, "evaluate": harness.main, "decode": decode_cli.main,
-            "collect": _cmd_collect, "store": _cmd_store}
+            "collect": _cmd_collect, "store": _cmd_store, "sweep": _cmd_sweep}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,12 +30,19 @@ def _serial(model, prompts, gen_len, block_length: int, **kw) -> DecodeResult:
     return diffusion_decode(model, prompts, gen_len, block_length, serial_rule, **kw)
 
 
+def _sampler(model, prompts, gen_len, block_length: int, threshold: float = 0.5, sampler=None, **kw) -> DecodeResult:
+    from .sampler_policy import sampler_decode
+
+    return sampler_decode(model, prompts, gen_len, block_length, threshold=threshold, sampler=sampler, **kw)
+
+
 #: Registered decoding policies: name → ``decode(model, prompts, gen_len, **options) -> DecodeResult``.
 POLICIES: dict[str, Callable[..., DecodeResult]] = {
     "ar_greedy": _ar_greedy,
     "ar_sample": _ar_sample,
     "confidence": _confidence,
     "serial": _serial,
+    "sampler": _sampler,
 }
 
 

@@ -83,4 +83,4 @@ def ar_decode(model, prompts: list[list[int]], gen_len: int, temperature: float 
     toks = out.tolist()
     return DecodeResult(tokens=toks, forwards=[gen_len] * n, extra_forwards=[0] * n,
                         committed_per_step=[[1] * gen_len for _ in range(n)],
-                        step_tokens=[[[t] for t in row] for row in toks], wall_time=wall)
+                        step_tokens=[[[t] for t in row] for row in toks], wall_time=wall, model_calls=gen_len)

@@ -23,6 +23,7 @@ class DecodeResult:
         committed_per_step: per row, the number of tokens committed at each forward.
         step_tokens: per row, the token ids committed at each forward (for the whitespace analysis).
         wall_time: seconds for the whole batch (all rows decoded in lockstep).
+        model_calls: batched model forwards actually run (prefill excluded; KV-commit forwards included).
     """
 
     tokens: list[list[int]]
@@ -31,6 +32,7 @@ class DecodeResult:
     committed_per_step: list[list[int]] = field(default_factory=list)
     step_tokens: list[list[list[int]]] = field(default_factory=list)
     wall_time: float = 0.0
+    model_calls: int = 0
 
     def tpf(self, row: int) -> float:
         """Tokens per (denoising) forward of ``row``."""

@@ -56,6 +56,7 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
     per_step: list[list[int]] = [[] for _ in range(n)]
     step_tok: list[list[list[int]]] = [[] for _ in range(n)]
     ones = torch.ones((n, b), dtype=torch.bool, device=dev)
+    calls = 0
     t0 = time.perf_counter()
     with autocast_for(dev, precision):
         cache = model.new_cache()
@@ -77,6 +78,7 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
                     fresh = model.new_cache()
                     model.extend(ctx_ids, fresh, ctx_valid)
                     logits = model.diffusion_logits(block, fresh, kv)
+                calls += 1
                 probs = torch.softmax(logits.float(), dim=-1)
                 commit = (rule(probs, masked, truth) if rule_sees_truth else rule(probs, masked)) & masked
                 top = probs.argmax(dim=-1)
@@ -98,9 +100,10 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
                 break
             if use_cache:
                 model.extend(committed, cache, kv)
+            calls += 1
             ctx_ids, ctx_valid = torch.cat([ctx_ids, committed], 1), kv
             for r in range(n):
                 extra[r] += 1
     wall = time.perf_counter() - t0
     return DecodeResult(tokens=out.tolist(), forwards=forwards, extra_forwards=extra,
-                        committed_per_step=per_step, step_tokens=step_tok, wall_time=wall)
+                        committed_per_step=per_step, step_tokens=step_tok, wall_time=wall, model_calls=calls)

@@ -95,6 +95,10 @@ def _batched(model, policy: str, prompts: list[Prompt], mode: str, bs: int, pad_
         res.committed_per_step += r.committed_per_step
         res.step_tokens += r.step_tokens
         res.wall_time += r.wall_time
+        res.model_calls += r.model_calls
+        for attr in ("sampler_seconds", "sampler_calls"):
+            if hasattr(r, attr):
+                setattr(res, attr, getattr(res, attr, 0) + getattr(r, attr))
     return res
 
 
@@ -107,16 +111,30 @@ def _nll(model, prompts, res: DecodeResult, mode: str, block_length: int | None,
     return out
 
 
-def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig) -> pd.DataFrame:
-    """Run the sweep of ``cfg`` on ``prompts``; one row per (prompt, mode, policy, B, τ) with
-    :data:`METRIC_COLUMNS` plus identifiers and the generated text."""
+def default_runs(cfg: EvalConfig) -> list[tuple]:
+    """The sweep of ``cfg``: (mode, policy, B, τ) for AR greedy, serial and confidence. AR greedy and
+    serial come first in each mode because the other runs are compared with them."""
+    runs = [(mode, "ar_greedy", b, None) for mode in cfg.modes for b in (cfg.block_lengths if mode == "real" else [None])]
+    runs += [(mode, "serial", b, None) for mode in cfg.modes for b in cfg.block_lengths]
+    runs += [(mode, "confidence", b, t) for mode in cfg.modes for b in cfg.block_lengths for t in cfg.thresholds]
+    return runs
+
+
+def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, runs: list[tuple] | None = None,
+                   policy_kwargs: dict | None = None) -> pd.DataFrame:
+    """Run ``runs`` (default: the sweep of ``cfg``, see :func:`default_runs`) on ``prompts``; one row per
+    (prompt, mode, policy, B, τ) with :data:`METRIC_COLUMNS` plus identifiers and the generated text.
+
+    ``runs`` are ``(mode, policy, block_length, threshold)`` tuples; every (mode, B) needs its AR-greedy
+    run (free mode: B = None) before the others, and its serial run for ``agree_serial``.
+    ``policy_kwargs`` maps a policy name to extra keyword arguments (e.g. the loaded sampler).
+    """
     cfg.validate()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     ws = whitespace_ids(tokenizer, model.backbone.config.vocab_size)
     rows = []
-    runs = [(mode, "ar_greedy", b, None) for mode in cfg.modes for b in (cfg.block_lengths if mode == "real" else [None])]
-    runs += [(mode, "serial", b, None) for mode in cfg.modes for b in cfg.block_lengths]
-    runs += [(mode, "confidence", b, t) for mode in cfg.modes for b in cfg.block_lengths for t in cfg.thresholds]
+    runs = default_runs(cfg) if runs is None else runs
+    policy_kwargs = policy_kwargs or {}
     ar_out: dict = {}
     serial_out: dict = {}
     bar = tqdm(runs, desc="evaluate", disable=not cfg.progress_bar)
@@ -129,13 +147,14 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig) -> 
             kw["block_length"] = b
         if t is not None:
             kw["threshold"] = t
+        kw.update(policy_kwargs.get(policy, {}))
         res = _batched(model, policy, prompts, mode, cfg.batch_size, pad, **kw)
         if policy == "ar_greedy":
             ar_out[(mode, b)] = res
         if policy == "serial":
             serial_out[(mode, b)] = res
         nll = _nll(model, prompts, res, mode, b, cfg.batch_size, pad, cfg.precision)
-        ar_ref = ar_out[(mode, b if mode == "real" else None)]
+        ar_ref = ar_out.get((mode, b if mode == "real" else None))
         ser_ref = serial_out.get((mode, b))
         tps = sum(len(x) for x in res.tokens) / max(res.wall_time, 1e-9)
         for i, p in enumerate(prompts):
@@ -147,12 +166,14 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig) -> 
                 block_length=b if b is not None else 0, threshold=t if t is not None else float("nan"),
                 tokens=len(gen), forwards=res.forwards[i], extra_forwards=res.extra_forwards[i],
                 tpf=res.tpf(i), tpf_real=res.tpf_real(i),
-                agree_ar=agreement(gen, ar_ref.tokens[i]),
+                agree_ar=agreement(gen, ar_ref.tokens[i]) if ar_ref is not None else float("nan"),
                 agree_serial=agreement(gen, ser_ref.tokens[i]) if ser_ref is not None else float("nan"),
                 token_acc=agreement(gen, p.real), first_line_exact=float(first_line(text) == first_line(real_text)),
                 ar_nll=nll[i], repetition=repetition_rate(gen), real_repetition=repetition_rate(list(p.real)),
                 ws_share_multi=wsm, multi_tokens=n_multi,
-                real_ws_share=sum(x in ws for x in p.real) / len(p.real), tokens_per_s=tps, text=text))
+                real_ws_share=sum(x in ws for x in p.real) / len(p.real), tokens_per_s=tps, text=text,
+                sampler_s_per_step=getattr(res, "sampler_seconds", float("nan")) / max(1, getattr(res, "sampler_calls", 1)),
+                forward_s_per_step=(res.wall_time - getattr(res, "sampler_seconds", 0.0)) / max(1, res.model_calls)))
     return pd.DataFrame(rows)
 
 

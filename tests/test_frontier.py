@@ -1,0 +1,36 @@
+"""Frontier maths on hand-made points."""
+import math
+
+import pandas as pd
+import pytest
+
+from workbench.evaluation.frontier import (accuracy_at_tpf, area_under_front, compare_frontiers, pareto_front,
+                                           tpf_at_accuracy)
+
+
+def _pts(pairs):
+    return pd.DataFrame([{"tpf": t, "accuracy": a, "threshold": i / 10} for i, (t, a) in enumerate(pairs)])
+
+
+def test_pareto_front_drops_dominated_points():
+    f = pareto_front(_pts([(1.0, 1.0), (2.0, 0.9), (1.5, 0.8), (3.0, 0.5), (2.5, 0.4)]))
+    assert list(zip(f["tpf"], f["accuracy"])) == [(1.0, 1.0), (2.0, 0.9), (3.0, 0.5)]
+
+
+def test_interpolation_and_area():
+    f = pareto_front(_pts([(1.0, 1.0), (3.0, 0.6)]))
+    assert tpf_at_accuracy(f, 0.8) == pytest.approx(2.0)
+    assert accuracy_at_tpf(f, 2.0) == pytest.approx(0.8)
+    assert math.isnan(tpf_at_accuracy(f, 0.5)) and math.isnan(accuracy_at_tpf(f, 3.5))
+    # mean accuracy over [1, 3] of a line from 1.0 to 0.6 = 0.8; over [1, 5] the part past 3 counts 0
+    assert area_under_front(f, 1.0, 3.0) == pytest.approx(0.8, abs=1e-3)
+    assert area_under_front(f, 1.0, 5.0) == pytest.approx(0.4, abs=0.01)
+
+
+def test_compare_frontiers_ratio():
+    conf = _pts([(1.0, 1.0), (2.0, 0.8)])
+    samp = _pts([(1.0, 1.0), (3.0, 0.8)])  # same accuracies at 1.5x the TPF
+    c = compare_frontiers(conf, samp)
+    r = {round(m["accuracy"], 3): m["tpf_ratio"] for m in c["matched_accuracy"]}
+    assert r[0.8] == pytest.approx(1.5) and r[1.0] == pytest.approx(1.0)
+    assert c["area_sampler"] > c["area_confidence"]

@@ -1,0 +1,91 @@
+"""The learned-sampler decoding policy (NLD §3.2, App. A): each forward, features from the live logits
+→ the sampler → commit every masked position whose sampler probability ≥ threshold (at least one:
+the highest).
+
+The features come from :func:`workbench.trajectories.features.block_features` applied to
+:func:`~workbench.trajectories.features.step_record` of the live probabilities, i.e. exactly the
+function and float16 quantisation used on store rows at training time.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..trajectories.features import block_features, step_record
+from .base import DecodeError, DecodeResult
+from .diffusion import diffusion_decode
+from .rules import most_confident
+
+
+@dataclass
+class LoadedSampler:
+    """A sampler network ready for decoding: ``net`` maps ``(N, B, F)`` features to ``(N, B)`` logits."""
+
+    net: torch.nn.Module
+    token_pca: np.ndarray
+    feature_dim: int
+    meta: dict
+
+    @classmethod
+    def load(cls, path: str | Path, device="cpu") -> "LoadedSampler":
+        """Load a sampler directory written by ``workbench train sampler`` (weights, ``sampler.json``,
+        ``token_pca.npy``). Raises ``FileNotFoundError`` / ``ValueError`` with a one-line reason."""
+        from ..sampler.network import load_sampler
+
+        net, cfg, meta = load_sampler(path)
+        pca_file = Path(path) / "token_pca.npy"
+        if not pca_file.is_file():
+            raise FileNotFoundError(f"{pca_file} is missing: the sampler directory must hold the store's token_pca")
+        return cls(net.to(device).eval(), np.load(pca_file), int(cfg.feature_dim), meta)
+
+
+class SamplerRule:
+    """Commit rule backed by a trained sampler. Stateful: tracks the step index of each row inside its
+    block (0 at the all-mask state) and the seconds spent in feature extraction + sampler forward."""
+
+    def __init__(self, sampler: LoadedSampler, threshold: float):
+        if threshold < 0:
+            raise DecodeError(f"sampler threshold must be ≥ 0, got {threshold}")
+        self.s, self.threshold = sampler, float(threshold)
+        self.steps: torch.Tensor | None = None
+        self.seconds = 0.0
+        self.calls = 0
+        self._pca = torch.as_tensor(sampler.token_pca)
+
+    @torch.no_grad()
+    def __call__(self, probs: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+        t0 = time.perf_counter()
+        n, b = masked.shape
+        fresh = masked.all(dim=1)
+        if self.steps is None or self.steps.shape[0] != n:
+            self.steps = torch.zeros(n, dtype=torch.long, device=masked.device)
+        self.steps = torch.where(fresh, torch.zeros_like(self.steps), self.steps + 1)
+        rec = step_record(probs, masked)
+        feats = block_features(rec["top_ids"], rec["top_probs"], rec["entropy"], rec["masked"], self.steps,
+                               self._pca.to(masked.device), self.s.feature_dim)
+        p = torch.sigmoid(self.s.net(feats.to(next(self.s.net.parameters()).device)).float()).to(masked.device)
+        commit = ((p >= self.threshold) & masked) | most_confident(p, masked)
+        self.seconds += time.perf_counter() - t0
+        self.calls += 1
+        return commit
+
+
+def sampler_decode(model, prompts, gen_len: int, block_length: int, threshold: float = 0.5,
+                   sampler: LoadedSampler | str | None = None, **kw) -> DecodeResult:
+    """Block-diffusion decoding with the sampler policy. ``sampler`` is a :class:`LoadedSampler` or a
+    sampler directory. The returned result carries ``sampler_seconds`` and ``sampler_calls``
+    (feature extraction + sampler forward, for the overhead report). Threshold 0 commits every masked
+    position in one forward; a threshold > 1 commits exactly one position per forward."""
+    if sampler is None:
+        raise DecodeError("the sampler policy needs --sampler <trained sampler directory>")
+    if not isinstance(sampler, LoadedSampler):
+        sampler = LoadedSampler.load(sampler, model.device)
+    rule = SamplerRule(sampler, threshold)
+    res = diffusion_decode(model, prompts, gen_len, block_length, rule, **kw)
+    res.sampler_seconds = rule.seconds
+    res.sampler_calls = rule.calls
+    return res

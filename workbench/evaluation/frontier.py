@@ -1,0 +1,99 @@
+"""Accuracy–TPF frontiers (NLD §6.1, Fig. 8): the confidence policy and the sampler policy swept over
+thresholds on the same prompts and block length, compared at matched accuracy and matched TPF.
+
+A frontier is the Pareto front (maximise TPF, maximise accuracy) of a policy's threshold sweep,
+linearly interpolated between its points. Comparisons only use the accuracy / TPF range both
+frontiers cover (no extrapolation).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def pareto_front(points: pd.DataFrame, x: str = "tpf", y: str = "accuracy") -> pd.DataFrame:
+    """Points not dominated in (max ``x``, max ``y``), sorted by increasing ``x`` (so ``y`` decreases)."""
+    pts = points.sort_values([x, y], ascending=[False, False]).reset_index(drop=True)
+    keep, best_y = [], -np.inf
+    for i, r in pts.iterrows():
+        if r[y] > best_y:
+            keep.append(i)
+            best_y = r[y]
+    return pts.loc[keep].sort_values(x).reset_index(drop=True)
+
+
+def tpf_at_accuracy(front: pd.DataFrame, accuracy: float, y: str = "accuracy") -> float:
+    """Largest TPF on the (interpolated) front with accuracy ≥ ``accuracy``; NaN outside its range."""
+    xs, ys = front["tpf"].to_numpy(float), front[y].to_numpy(float)
+    if len(xs) == 0 or accuracy > ys.max() or accuracy < ys.min():
+        return float("nan")
+    # ys decreases with xs along a Pareto front: interpolate x as a function of y
+    order = np.argsort(ys)
+    return float(np.interp(accuracy, ys[order], xs[order]))
+
+
+def accuracy_at_tpf(front: pd.DataFrame, tpf: float, y: str = "accuracy") -> float:
+    """Accuracy of the interpolated front at ``tpf``; NaN outside its TPF range."""
+    xs, ys = front["tpf"].to_numpy(float), front[y].to_numpy(float)
+    if len(xs) == 0 or tpf < xs.min() or tpf > xs.max():
+        return float("nan")
+    return float(np.interp(tpf, xs, ys))
+
+
+def area_under_front(front: pd.DataFrame, lo: float, hi: float, y: str = "accuracy") -> float:
+    """Mean accuracy of the interpolated front over TPF ∈ [lo, hi] (trapezoid; beyond the front's
+    largest TPF the accuracy counts as 0, below its smallest as its first accuracy)."""
+    if hi <= lo or len(front) == 0:
+        return float("nan")
+    grid = np.linspace(lo, hi, 512)
+    xs, ys = front["tpf"].to_numpy(float), front[y].to_numpy(float)
+    vals = np.where(grid > xs.max(), 0.0, np.interp(grid, xs, ys))
+    return float(np.trapezoid(vals, grid) / (hi - lo))
+
+
+def compare_frontiers(conf: pd.DataFrame, samp: pd.DataFrame, y: str = "accuracy") -> dict:
+    """Sampler vs confidence: TPF ratio at matched accuracy (at every confidence point inside the
+    sampler's accuracy range), accuracy difference at matched TPF, areas under both fronts over the
+    common TPF range [1, max TPF of either]."""
+    fc, fs = pareto_front(conf, y=y), pareto_front(samp, y=y)
+    matched = []
+    for _, r in fc.iterrows():
+        t_s = tpf_at_accuracy(fs, r[y], y)
+        matched.append({"accuracy": float(r[y]), "tpf_confidence": float(r["tpf"]), "tpf_sampler": t_s,
+                        "tpf_ratio": t_s / r["tpf"] if not np.isnan(t_s) else float("nan"),
+                        "threshold_confidence": float(r.get("threshold", np.nan))})
+    at_tpf = []
+    for _, r in fc.iterrows():
+        a_s = accuracy_at_tpf(fs, r["tpf"], y)
+        at_tpf.append({"tpf": float(r["tpf"]), "accuracy_confidence": float(r[y]), "accuracy_sampler": a_s})
+    hi = float(max(fc["tpf"].max(), fs["tpf"].max()))
+    ratios = [m["tpf_ratio"] for m in matched if not np.isnan(m["tpf_ratio"])]
+    return {"matched_accuracy": matched, "matched_tpf": at_tpf,
+            "median_tpf_ratio": float(np.median(ratios)) if ratios else float("nan"),
+            "area_confidence": area_under_front(fc, 1.0, hi, y), "area_sampler": area_under_front(fs, 1.0, hi, y),
+            "area_range": [1.0, hi]}
+
+
+def plot_frontiers(conf: pd.DataFrame, samp: pd.DataFrame, path, y: str = "accuracy", title: str = "") -> None:
+    """Both threshold sweeps and their Pareto fronts on one figure (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for df, name, c in [(conf, "confidence", "tab:blue"), (samp, "sampler", "tab:red")]:
+        ax.scatter(df["tpf"], df[y], color=c, alpha=0.4, s=18)
+        f = pareto_front(df, y=y)
+        ax.plot(f["tpf"], f[y], "-o", color=c, label=f"{name} (Pareto front)", ms=4)
+        for _, r in df.iterrows():
+            ax.annotate(f"{r['threshold']:g}", (r["tpf"], r[y]), fontsize=6, color=c, xytext=(2, 2),
+                        textcoords="offset points")
+    ax.set_xlabel("tokens per forward (tpf)")
+    ax.set_ylabel(y.replace("_", " "))
+    ax.set_title(title or "accuracy–TPF frontier (labels: threshold)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

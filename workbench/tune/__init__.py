@@ -1,0 +1,1 @@
+"""Optuna studies: decoding-threshold sweeps (multi-objective TPF × accuracy) and sampler hyper-parameters."""

@@ -1,0 +1,198 @@
+"""``workbench sweep``: a multi-objective Optuna study over a decoding policy's threshold (and the block
+length when asked): maximise TPF and maximise accuracy on fixed held-out prompts. Resumable by study
+name; several workers may share one storage; exports the Pareto front (Parquet) and plots it."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pandas as pd
+
+from ..utils import prepare_run_dir
+from .storage import make_sampler, make_storage
+
+SWEEP_POLICIES = ("confidence", "sampler")
+ACCURACY_METRICS = ("agree_serial", "token_acc")
+
+
+@dataclass
+class SweepConfig:
+    """Multi-objective threshold sweep (maximise tpf, maximise accuracy)."""
+
+    model: str = "builtin:tiny"
+    """Checkpoint directory or 'builtin:tiny'."""
+    policy: str = "confidence"
+    """Decoding policy whose threshold is tuned: confidence or sampler."""
+    sampler: str | None = None
+    """Trained sampler directory (policy = sampler)."""
+    study: str = "threshold-sweep"
+    """Study name; rerunning with the same name and storage resumes the study."""
+    storage: str | None = None
+    """None → SQLite file in out_dir; an RDB URL; or a journal file path for many workers."""
+    out_dir: str = "runs/sweep"
+    """Run directory: optuna.db (default storage), trials.parquet, pareto.parquet, pareto.png."""
+    n_trials: int = 20
+    """Total completed trials the study should reach (a resumed study runs only the missing ones)."""
+    threshold_low: float = 0.3
+    """Lower end of the threshold search range."""
+    threshold_high: float = 1.0
+    """Upper end of the threshold search range."""
+    block_lengths: list[int] = field(default_factory=lambda: [32])
+    """Block length(s); with several and tune_block_length, B is a categorical parameter."""
+    tune_block_length: bool = False
+    """Also search over ``block_lengths``."""
+    accuracy: str = "agree_serial"
+    """Accuracy objective: agree_serial (agreement with the serial target) or token_acc (vs the real text)."""
+    mode: str = "real"
+    """Context mode: real or free."""
+    corpus: str = "stdlib"
+    """Corpus of the held-out prompts."""
+    n_prompts: int = 16
+    """Held-out prompts per trial."""
+    prompt_len: int = 192
+    """Maximum prompt length (tokens)."""
+    gen_len: int = 64
+    """Generated tokens per prompt (a multiple of every block length)."""
+    batch_size: int = 16
+    """Prompts decoded together."""
+    precision: str = "bf16"
+    """'bf16' or 'fp32'."""
+    optuna_sampler: str = "tpe"
+    """Optuna sampler: tpe (Optuna 5's default) or nsga2."""
+    seed: int | None = 0
+    """Optuna sampler seed."""
+
+    def validate(self) -> None:
+        if self.policy not in SWEEP_POLICIES:
+            raise ValueError(f"unknown sweep policy {self.policy!r}; valid: {', '.join(SWEEP_POLICIES)}")
+        if self.accuracy not in ACCURACY_METRICS:
+            raise ValueError(f"unknown accuracy objective {self.accuracy!r}; valid: {', '.join(ACCURACY_METRICS)}")
+        if not 0 <= self.threshold_low < self.threshold_high:
+            raise ValueError("need 0 ≤ threshold_low < threshold_high")
+        if self.policy == "confidence" and not 0 < self.threshold_low and self.threshold_high <= 1:
+            raise ValueError("confidence thresholds must lie in (0, 1]")
+        if self.policy == "sampler" and not self.sampler:
+            raise ValueError("--policy sampler needs --sampler <trained sampler directory>")
+        for b in self.block_lengths:
+            if b <= 0 or self.gen_len % b:
+                raise ValueError(f"block length {b} must be positive and divide gen_len {self.gen_len}")
+
+
+class ThresholdObjective:
+    """Decodes the fixed prompts at a trial's (B, τ) and returns (tpf, accuracy). Serial targets are
+    computed once per block length and cached (they do not depend on the trial)."""
+
+    def __init__(self, cfg: SweepConfig):
+        from ..corpus import by_split, load_corpus
+        from ..decoding.sampler_policy import LoadedSampler
+        from ..evaluation.harness import load_model, resolve_device
+        from ..evaluation.prompts import make_prompts
+        from ..tokenizer import is_byte_tokenizer
+
+        self.cfg = cfg
+        self.model, self.tok, _ = load_model(cfg.model, resolve_device("auto"))
+        enc = None if is_byte_tokenizer(self.tok) else self.tok
+        self.prompts = make_prompts(by_split(load_corpus(cfg.corpus), "test"), cfg.n_prompts, cfg.prompt_len,
+                                    cfg.gen_len, enc)
+        self.extra = {"sampler": LoadedSampler.load(cfg.sampler, self.model.device)} if cfg.policy == "sampler" else {}
+        self._serial: dict[int, list[list[int]]] = {}
+
+    def _decode(self, policy: str, b: int, **kw):
+        from ..evaluation.harness import _batched
+
+        return _batched(self.model, policy, self.prompts, self.cfg.mode, self.cfg.batch_size,
+                        self.tok.pad_token_id or 0, block_length=b, precision=self.cfg.precision, **kw)
+
+    def serial(self, b: int) -> list[list[int]]:
+        if b not in self._serial:
+            self._serial[b] = self._decode("serial", b).tokens
+        return self._serial[b]
+
+    def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
+        cfg = self.cfg
+        b = trial.suggest_categorical("block_length", cfg.block_lengths) if cfg.tune_block_length else cfg.block_lengths[0]
+        tau = trial.suggest_float("threshold", cfg.threshold_low, cfg.threshold_high)
+        res = self._decode(cfg.policy, b, threshold=tau, **self.extra)
+        gen = np.asarray(res.tokens)
+        ref = np.asarray(self.serial(b)) if cfg.accuracy == "agree_serial" else np.asarray([p.real for p in self.prompts])
+        tpf = float(np.mean([res.tpf(i) for i in range(len(gen))]))
+        acc = float((gen == ref).mean())
+        trial.set_user_attr("tpf_real", float(np.mean([res.tpf_real(i) for i in range(len(gen))])))
+        trial.set_user_attr("block_length", b)
+        return tpf, acc
+
+
+def run_sweep(cfg: SweepConfig) -> dict:
+    """Create or resume the study, run until it has ``n_trials`` finished trials, export and plot."""
+    cfg.validate()
+    out = prepare_run_dir(cfg.out_dir)
+    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=cfg.study, storage=make_storage(cfg.storage, out), load_if_exists=True,
+                                directions=["maximize", "maximize"], sampler=make_sampler(cfg.optuna_sampler, cfg.seed))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        study.set_metric_names(["tpf", cfg.accuracy])
+    done = lambda: sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)  # noqa: E731
+    before = done()
+    t0 = time.time()
+    if before < cfg.n_trials:
+        objective = ThresholdObjective(cfg)
+        study.optimize(objective, n_trials=cfg.n_trials - before,
+                       callbacks=[optuna.study.MaxTrialsCallback(cfg.n_trials, states=(optuna.trial.TrialState.COMPLETE,))])
+    trials = export_study(study, out, cfg.accuracy)
+    return {"study": cfg.study, "trials_before": before, "trials_after": done(), "wall_s": time.time() - t0,
+            "pareto": trials["pareto"].to_dict(orient="records"), "out_dir": str(out)}
+
+
+def export_study(study: optuna.Study, out: Path, accuracy: str = "accuracy") -> dict:
+    """Write ``trials.parquet`` (all finished trials), ``pareto.parquet`` (the Pareto front) and ``pareto.png``."""
+    rows = []
+    best = {t.number for t in study.best_trials}
+    for t in study.trials:
+        if t.state != optuna.trial.TrialState.COMPLETE:
+            continue
+        rows.append({"number": t.number, "tpf": t.values[0], accuracy: t.values[1], **t.params,
+                     **{f"user_{k}": v for k, v in t.user_attrs.items()}, "pareto": t.number in best})
+    df = pd.DataFrame(rows)
+    df.to_parquet(out / "trials.parquet", index=False)
+    pareto = df[df["pareto"]].sort_values("tpf") if len(df) else df
+    pareto.to_parquet(out / "pareto.parquet", index=False)
+    if len(df):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4.2))
+        ax.scatter(df["tpf"], df[accuracy], s=16, alpha=0.5, label="trials")
+        ax.plot(pareto["tpf"], pareto[accuracy], "-o", color="tab:red", ms=4, label="Pareto front")
+        ax.set_xlabel("tokens per forward (tpf)")
+        ax.set_ylabel(accuracy.replace("_", " "))
+        ax.set_title(f"study {study.study_name}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "pareto.png", dpi=120)
+        plt.close(fig)
+    return {"trials": df, "pareto": pareto}
+
+
+def main(argv: list[str]) -> int:
+    """``workbench sweep``."""
+    from ..cli import parse_dataclass
+
+    cfg = parse_dataclass("workbench sweep", SweepConfig, argv)
+    r = run_sweep(cfg)
+    print(f"study {r['study']}: {r['trials_before']} → {r['trials_after']} finished trials in {r['wall_s']:.0f} s; "
+          f"Pareto front ({len(r['pareto'])} points) in {r['out_dir']}/pareto.parquet")
+    for p in r["pareto"]:
+        print(f"  B={p.get('block_length', p.get('user_block_length'))} τ={p['threshold']:.3f}  tpf={p['tpf']:.3f}  "
+              f"{[k for k in p if k in ACCURACY_METRICS][0]}={p[[k for k in p if k in ACCURACY_METRICS][0]]:.3f}")
+    return 0
