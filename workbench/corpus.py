@@ -101,11 +101,11 @@ def load_directory(root: str | os.PathLike, suffixes: tuple[str, ...] = (".py",)
 
 
 def load_text_file(path: str | os.PathLike, fractions: tuple[int, int, int] = DEFAULT_FRACTIONS) -> list[Document]:
-    """Load a ``.txt`` file (documents separated by blank lines... one document per file section) or a
-    ``.jsonl`` file with a ``text`` field per line (optional ``category`` and ``id``).
+    """Load a ``.jsonl`` file (one document per line: a ``text`` field, optional ``category`` and ``id``)
+    or a plain-text file, cut into documents at form-feed characters if it has any, else every 200
+    lines (so a long file still spreads over the three splits).
 
-    A ``.txt`` file is cut into documents at form-feed characters if it has any, else it is one
-    document per 200 lines, so a long file still spreads over the three splits.
+    Raises :class:`CorpusError` for a missing file, a JSONL line without ``text``, or no document.
     """
     path = Path(path)
     if not path.is_file():

@@ -78,7 +78,7 @@ class EvalConfig:
             raise ValueError("batch_size must be positive")
 
 
-def _batched(model, policy: str, prompts: list[Prompt], mode: str, bs: int, pad_id: int, **kw) -> DecodeResult:
+def decode_prompts(model, policy: str, prompts: list[Prompt], mode: str, bs: int, pad_id: int, **kw) -> DecodeResult:
     """Run ``policy`` over ``prompts`` in batches of ``bs`` and concatenate the results."""
     fn = get_policy(policy)
     parts = []
@@ -140,15 +140,11 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
     bar = tqdm(runs, desc="evaluate", disable=not cfg.progress_bar)
     for mode, policy, b, t in bar:
         bar.set_postfix_str(f"{mode} {policy} B={b} τ={t}")
-        kw = {"precision": cfg.precision}
-        if policy == "ar_greedy":
-            kw["block_length"] = b
-        else:
-            kw["block_length"] = b
+        kw = {"precision": cfg.precision, "block_length": b}
         if t is not None:
             kw["threshold"] = t
         kw.update(policy_kwargs.get(policy, {}))
-        res = _batched(model, policy, prompts, mode, cfg.batch_size, pad, **kw)
+        res = decode_prompts(model, policy, prompts, mode, cfg.batch_size, pad, **kw)
         if policy == "ar_greedy":
             ar_out[(mode, b)] = res
         if policy == "serial":

@@ -102,9 +102,9 @@ class ThresholdObjective:
         self._serial: dict[int, list[list[int]]] = {}
 
     def _decode(self, policy: str, b: int, **kw):
-        from ..evaluation.harness import _batched
+        from ..evaluation.harness import decode_prompts
 
-        return _batched(self.model, policy, self.prompts, self.cfg.mode, self.cfg.batch_size,
+        return decode_prompts(self.model, policy, self.prompts, self.cfg.mode, self.cfg.batch_size,
                         self.tok.pad_token_id or 0, block_length=b, precision=self.cfg.precision, **kw)
 
     def serial(self, b: int) -> list[list[int]]:
