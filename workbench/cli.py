@@ -14,6 +14,7 @@ USAGE = """usage: workbench <command> [options]
 commands:
   demo          the main job: evaluate the shipped tiny model (AR and diffusion) and write a report
   train lm      train a tri-mode LM (joint AR + block diffusion, NLD §2) with Lightning
+  train sampler train the confidence sampler (NLD App. A) on a trajectory store
   evaluate      code-continuation evaluation of a checkpoint under several decoding policies
   decode        decode one prompt with a policy and print the continuation
   collect       collect denoising trajectories into a Zarr store (Lightning predict loop)
@@ -43,9 +44,13 @@ def parse_dataclass(prog: str, cls, argv: list[str]):
 
 
 def _cmd_train(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("lm",):
-        print("usage: workbench train lm --config <yaml> [options]", file=sys.stderr)
+    if not argv or argv[0] not in ("lm", "sampler"):
+        print("usage: workbench train lm|sampler --config <yaml> [options]", file=sys.stderr)
         return 2
+    if argv[0] == "sampler":
+        from .sampler.train import main as sampler_main
+
+        return sampler_main(argv[1:])
     if argv[0] == "lm":
         from .train.lm import LMTrainConfig, train_lm
 

@@ -1,0 +1,201 @@
+"""The confidence sampler (NLD App. A): loss, network shape, streaming store data, training, save / load, resume."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from workbench.sampler import (SamplerError, SamplerNet, count_parameters, load_sampler, masked_bce, sampler_preset,
+                               save_sampler)
+from workbench.sampler.data import SamplerDataModule, StoreRowStream, check_store_matches
+from workbench.trajectories import ShardWriter, StoreError, StoreReader, create_store
+from workbench.trajectories.features import feature_spec
+
+V = 50
+
+
+def synth_item(item: int, B: int, t: int = 8):
+    """``t`` trajectories whose label is learnable: label = (top-1 prob + noise > 0.5), and top-1 id = final id
+    exactly where the label is 1 (so the store is consistent, as ``verify_store`` demands)."""
+    rng = np.random.default_rng(item)
+    steps = rng.integers(1, B + 1, t)
+    traj = np.repeat(np.arange(t), steps)
+    step = np.concatenate([np.arange(s) for s in steps])
+    n = len(traj)
+    p1 = rng.random((n, B))
+    p2 = rng.random((n, B)) * (1 - p1)
+    p3 = rng.random((n, B)) * (1 - p1 - p2)
+    label = p1 + 0.15 * rng.standard_normal((n, B)) > 0.5
+    final = rng.integers(0, V, (t, B)).astype(np.int32)
+    top = rng.integers(0, V, (n, B, 3)).astype(np.int32)
+    top[..., 0] = np.where(label, final[traj], (final[traj] + 1) % V)
+    rows = {"top_ids": top, "top_probs": np.stack([p1, p2, p3], -1), "entropy": rng.random((n, B)) * 3,
+            "masked": rng.random((n, B)) < (1 - step / steps[traj])[:, None], "label": label, "traj": traj,
+            "step": step}
+    trajs = {"prompt_id": item * t + np.arange(t), "category": np.zeros(t), "block_index": np.zeros(t),
+             "final_ids": final}
+    return rows, trajs
+
+
+def make_store(path, B: int = 8, items: int = 20, shards: int = 2, fingerprint: str = "m1"):
+    attrs = {"model_fingerprint": fingerprint, "tokenizer_hash": "t1", "policy": "serial",
+             "feature_spec": feature_spec(144), "categories": ["code"]}
+    create_store(path, attrs, [B], token_pca=np.random.default_rng(0).standard_normal((V, 44)))
+    for r in range(shards):
+        with ShardWriter(path, B, rank=r, rows_per_chunk=64, traj_per_chunk=16) as w:
+            for i in range(r, items, shards):
+                w.append(i, *synth_item(i, B))
+    return path
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("sampler") / "s.zarr")
+
+
+# ------------------------------------------------------------------------------------------------------ loss
+def test_masked_bce_ignores_unmasked_and_matches_hand_value():
+    logits = torch.tensor([[2.0, -1.0, 0.5], [0.0, 3.0, -2.0]], requires_grad=True)
+    labels = torch.tensor([[True, False, True], [False, True, True]])
+    masked = torch.tensor([[True, True, False], [False, True, False]])
+    loss = masked_bce(logits, labels, masked)
+    sp = lambda x: float(np.log1p(np.exp(x)))  # noqa: E731  softplus
+    hand = (sp(-2.0) + sp(-1.0) + sp(-3.0)) / 3  # BCE = softplus(-z) for label 1, softplus(z) for label 0
+    assert float(loss) == pytest.approx(hand, rel=1e-6)
+    other = logits.detach().clone()
+    other[~masked] = torch.tensor([-9.0, 7.0, 100.0])
+    assert float(masked_bce(other, labels ^ ~masked, masked)) == pytest.approx(float(loss), rel=1e-6)
+    loss.backward()
+    assert torch.all(logits.grad[~masked] == 0)
+    zero = masked_bce(logits, labels, torch.zeros_like(masked))
+    assert float(zero) == 0.0 and zero.requires_grad
+    full = masked_bce(logits, labels, torch.ones_like(masked))
+    assert float(full) == pytest.approx(float(F.binary_cross_entropy_with_logits(logits, labels.float())))
+
+
+# --------------------------------------------------------------------------------------------------- network
+def test_default_preset_has_paper_size():
+    n = count_parameters(SamplerNet(sampler_preset("default")))
+    assert abs(n - 4.8e6) / 4.8e6 < 0.1, n  # NLD App. A: 4.8 M
+    assert count_parameters(SamplerNet(sampler_preset("micro"))) < 50_000
+    with pytest.raises(SamplerError, match="valid: default, micro"):
+        sampler_preset("huge")
+
+
+@pytest.mark.parametrize("kind", ["attention", "mlp"])
+def test_cross_position_mixing_only_with_attention(kind):
+    torch.manual_seed(0)
+    net = SamplerNet(sampler_preset("micro", kind=kind)).eval()
+    x = torch.randn(2, 8, 144)
+    y = x.clone()
+    y[:, 3] += 1.0
+    a, b = net(x), net(y)
+    assert a.shape == (2, 8)
+    assert not torch.allclose(a[:, 3], b[:, 3])
+    others = [j for j in range(8) if j != 3]
+    mixes = not torch.allclose(a[:, others], b[:, others], atol=1e-6)
+    assert mixes == (kind == "attention")
+    # the same features at two positions differ only through the position embedding
+    z = torch.randn(1, 1, 144).expand(1, 8, 144).contiguous()
+    assert not torch.allclose(net(z)[0, 0], net(z)[0, 5])
+    with torch.no_grad():
+        net.pos.weight.zero_()
+    assert torch.allclose(net(z)[0], net(z)[0, :1].expand(8), atol=1e-5)
+
+
+def test_save_load_errors(tmp_path):
+    net = SamplerNet(sampler_preset("micro")).eval()
+    d = save_sampler(net, net.cfg, tmp_path / "s", {"model_fingerprint": "m1"})
+    net2, cfg2, meta = load_sampler(d)
+    x = torch.randn(3, 8, 144)
+    assert torch.equal(net(x), net2(x)) and cfg2 == net.cfg and meta == {"model_fingerprint": "m1"}
+    with pytest.raises(SamplerError, match="no sampler directory"):
+        load_sampler(tmp_path / "nope")
+    (d / "sampler.json").write_text("{not json")
+    with pytest.raises(SamplerError, match="corrupt") as e:
+        load_sampler(d)
+    assert "\n" not in str(e.value)
+    (d / "sampler.json").write_text(json.dumps({"config": {**net.cfg.__dict__, "d_model": 64}}))
+    with pytest.raises(SamplerError, match="does not match"):
+        load_sampler(d)
+
+
+# ------------------------------------------------------------------------------------------------------ data
+def _rows(loader):
+    return np.concatenate([b["row"].numpy() for b in loader])
+
+
+def test_datamodule_every_row_once_per_epoch(store):
+    dm = SamplerDataModule(store, 8, batch_size=16, val_fraction=0.3, split_by="traj", num_workers=2,
+                           block_rows=64, buffer_blocks=2)
+    reader = StoreReader(store, 8)
+    assert len(reader.shard_names) == 2
+    traj = reader.read_row_range(0, reader.n_rows)["traj"]
+    train_rows, val_rows = np.flatnonzero(~dm.val_traj[traj]), np.flatnonzero(dm.val_traj[traj])
+    loader = dm.train_dataloader()
+    e0, e1 = _rows(loader), _rows(loader)
+    for e in (e0, e1):
+        assert len(e) == len(train_rows) and np.array_equal(np.sort(e), train_rows)
+    assert not np.array_equal(e0, e1)  # a new shuffle each epoch
+    v = _rows(dm.val_dataloader())
+    assert len(v) == len(val_rows) and np.array_equal(np.sort(v), val_rows)
+    assert not set(traj[e0]) & set(traj[v]) and len(e0) + len(v) == reader.n_rows
+    assert dm.n_train_rows == len(train_rows) and dm.n_val_rows == len(val_rows)
+    b = next(iter(loader))
+    assert b["features"].shape == (16, 8, 144) and b["features"].dtype == torch.float32
+    assert b["masked"].dtype == torch.bool and b["label"].dtype == torch.bool and b["top1_prob"].shape == (16, 8)
+    np.testing.assert_allclose(b["top1_prob"].numpy(), b["features"][..., 132].numpy())
+
+
+def test_ddp_ranks_disjoint_and_equal_batches(store):
+    dm = SamplerDataModule(store, 8, batch_size=16, val_fraction=0.3, block_rows=64, buffer_blocks=1)
+    per_rank = []
+    for rank in (0, 1):
+        ds = StoreRowStream(store, 8, ~dm.val_traj, dm._counts["train"], 16, 144, shuffle=True, block_rows=64,
+                            buffer_blocks=1, rank=rank, world_size=2, equalize=True)
+        per_rank.append([b["row"].numpy() for b in ds])
+    assert len(per_rank[0]) == len(per_rank[1])
+    r0, r1 = (np.concatenate(p) for p in per_rank)
+    assert not set(r0) & set(r1) and dm.n_train_rows - 2 * 16 < len(r0) + len(r1) <= dm.n_train_rows
+
+
+def test_store_mismatch_errors(store):
+    with pytest.raises(StoreError, match="feature_dim 144.*feature_dim 132") as e:
+        SamplerDataModule(store, 8, feature_dim=132)
+    assert "\n" not in str(e.value)
+    with pytest.raises(StoreError, match="was collected with model m1, not m2; collect a store for this model"):
+        SamplerDataModule(store, 8, model_fingerprint="m2")
+    check_store_matches({"model_fingerprint": "m1", "feature_spec": feature_spec(144)}, "m1", 144)
+    with pytest.raises(StoreError, match="no trajectory store"):
+        SamplerDataModule(store.parent / "nope", 8)
+
+
+# -------------------------------------------------------------------------------------------------- training
+def test_train_reaches_auc_saves_and_resumes(store, tmp_path, monkeypatch):
+    from conftest import REPO
+    from workbench.sampler.train import main
+
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "run"
+    argv = ["--config", "workbench/configs/sampler_micro.yaml", "--store", str(store), "--out_dir", str(out),
+            "--progress_bar", "false", "--max_epochs", "12"]
+    assert main(argv) == 0
+    m1 = json.loads((out / "metrics.json").read_text())
+    assert m1["best_val_auc"] > 0.8 and m1["val/auc_top1_prob"] > 0.7, m1
+    assert (out / "config.yaml").exists() and (out / "logs/version_0/metrics.csv").exists()
+    assert (out / "checkpoints/last.ckpt").exists()
+    net, cfg, meta = load_sampler(out / "sampler")
+    assert meta["model_fingerprint"] == "m1" and meta["feature_spec"]["feature_dim"] == 144
+    assert cfg.d_model == 32 and cfg.depth == 1
+    best = SamplerNet(cfg).eval()
+    state = torch.load(meta["best_checkpoint"], map_location="cpu", weights_only=True)["state_dict"]
+    best.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("net.")})
+    x = torch.randn(4, 8, 144)
+    assert torch.equal(net(x), best(x))
+    # resume: one more epoch continues from last.ckpt (global step and epoch carry on)
+    assert main(argv[:-1] + ["13"]) == 0 and (out / "logs/version_1/metrics.csv").exists()
+    m2 = json.loads((out / "metrics.json").read_text())
+    assert m2["global_step"] == m1["global_step"] // 12 * 13 and m2["epoch"] == 13

@@ -1,0 +1,187 @@
+"""``workbench train sampler``: train the confidence sampler (NLD App. A) on a trajectory store.
+
+Run directory ``out_dir``: ``config.yaml`` (resolved config), ``logs/version_{k}/metrics.csv`` (CSV logs,
+one version per start or resume), ``checkpoints/last.ckpt`` (resume point, written after every validation),
+``checkpoints/best-*.ckpt`` (best ``val/auc``), ``metrics.json``, and the best sampler saved with
+:func:`~workbench.sampler.network.save_sampler` in ``out_dir/sampler``. Early stopping on ``val/auc``
+(NLD App. A). A rerun with the same ``out_dir`` resumes from ``last.ckpt`` (an interrupted epoch restarts
+from its beginning; the global step and optimiser state continue).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger
+
+from ..utils import prepare_run_dir
+from .data import SPLIT_BY, SamplerDataModule
+from .module import SamplerModule
+from .network import SAMPLER_PRESETS, SamplerNet, count_parameters, sampler_preset, save_sampler
+
+
+@dataclass
+class SamplerTrainConfig:
+    """Training of the confidence sampler on a trajectory store (NLD App. A)."""
+
+    store: str = "trajectories/tiny-serial.zarr"
+    """Trajectory store (``workbench collect``)."""
+    block_length: int = 32
+    """Block length B of the store group to train on."""
+    out_dir: str = "runs/sampler"
+    """Run directory: config, CSV logs, checkpoints, and the final sampler in ``sampler/``."""
+    preset: str = "default"
+    """Sampler preset: 'default' (NLD App. A, 4 layers, d = 384, ~4.8 M params) or 'micro'."""
+    kind: str | None = None
+    """Override: 'attention' or 'mlp' (the MLP-only ablation)."""
+    d_model: int | None = None
+    """Override: hidden width d."""
+    depth: int | None = None
+    """Override: number of blocks."""
+    heads: int | None = None
+    """Override: attention heads."""
+    feature_dim: int = 144
+    """Feature width F; must equal the store's feature_spec."""
+    batch_size: int = 256
+    """Block states (store rows) per optimiser step."""
+    lr: float = 1e-3
+    """Peak AdamW learning rate."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (matrices only)."""
+    warmup_steps: int = 100
+    """Linear warm-up steps before the cosine decay (at most 10 % of the schedule)."""
+    max_epochs: int = 20
+    """Maximum passes over the training split."""
+    max_steps: int = -1
+    """Maximum optimiser steps (-1: no limit); also the cosine horizon when set."""
+    patience: int = 3
+    """Early stopping: validations without a val/auc improvement before stopping."""
+    val_every: int | None = None
+    """Validate every this many training steps (None: at the end of every epoch)."""
+    val_fraction: float = 0.1
+    """Share of prompts (or trajectories, see split_by) held out for validation."""
+    split_by: str = "prompt"
+    """Held-out unit: 'prompt' (all blocks of a prompt) or 'traj'."""
+    num_workers: int = 0
+    """DataLoader workers reading the store."""
+    block_rows: int = 1024
+    """Contiguous rows per store read (the shuffle granule)."""
+    buffer_blocks: int = 8
+    """Row blocks in each reader's shuffle buffer."""
+    precision: str = "32-true"
+    """Lightning precision ('32-true', 'bf16-mixed')."""
+    accelerator: str = "auto"
+    """Lightning accelerator ('cpu', 'gpu', 'auto')."""
+    seed: int = 0
+    """Seed of initialisation and shuffling."""
+    model: str | None = None
+    """Optional checkpoint (or 'builtin:tiny'): the store must have been collected with this model."""
+    progress_bar: bool = True
+    """Show Lightning's progress bar."""
+    resume: bool = True
+    """Resume from ``out_dir/checkpoints/last.ckpt`` when it exists."""
+
+    def sampler_config(self):
+        """The network's :class:`~workbench.sampler.network.SamplerConfig` (preset + overrides)."""
+        return sampler_preset(self.preset, kind=self.kind, d_model=self.d_model, depth=self.depth, heads=self.heads,
+                              feature_dim=self.feature_dim, max_block_length=max(64, self.block_length))
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` (one line) for an inconsistent configuration."""
+        if self.preset not in SAMPLER_PRESETS:
+            raise ValueError(f"unknown sampler preset {self.preset!r}; valid: {', '.join(SAMPLER_PRESETS)}")
+        if self.split_by not in SPLIT_BY:
+            raise ValueError(f"unknown split_by {self.split_by!r}; valid: {', '.join(SPLIT_BY)}")
+        if self.block_length <= 0 or self.batch_size <= 0 or self.max_epochs <= 0 or self.patience <= 0:
+            raise ValueError("block_length, batch_size, max_epochs and patience must be positive")
+        self.sampler_config()
+
+
+def _model_fingerprint(spec: str) -> str:
+    from ..evaluation.harness import load_model
+    from ..model.fingerprint import model_fingerprint
+
+    model, _, _ = load_model(spec, "cpu")
+    return model_fingerprint(model)
+
+
+def train_sampler(cfg: SamplerTrainConfig) -> Path:
+    """Train (or resume) a sampler; returns the saved sampler directory ``out_dir/sampler``.
+
+    Raises ``ValueError`` for a bad config, :class:`~workbench.trajectories.store.StoreError` for a missing /
+    mismatched store (feature spec, model fingerprint) or an empty split, :class:`~workbench.utils.RunDirError`
+    for an unwritable run directory.
+    """
+    cfg.validate()
+    fingerprint = _model_fingerprint(cfg.model) if cfg.model else None
+    data = SamplerDataModule(cfg.store, cfg.block_length, cfg.batch_size, cfg.feature_dim, cfg.val_fraction,
+                             cfg.split_by, cfg.num_workers, cfg.seed, cfg.block_rows, cfg.buffer_blocks, fingerprint)
+    out = prepare_run_dir(cfg.out_dir)
+    import yaml
+
+    (out / "config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    scfg = cfg.sampler_config()
+    net = SamplerNet(scfg)
+    total = cfg.max_steps if cfg.max_steps > 0 else cfg.max_epochs * data.train_batches_per_epoch()
+    module = SamplerModule(net, cfg.lr, cfg.weight_decay, min(cfg.warmup_steps, total // 10), total)
+    ckpt_dir = out / "checkpoints"
+    best = ModelCheckpoint(dirpath=ckpt_dir, filename="best-{epoch}-{step}", monitor="val/auc", mode="max",
+                           save_top_k=1, save_last=True, auto_insert_metric_name=False)
+    stop = EarlyStopping(monitor="val/auc", mode="max", patience=cfg.patience, check_finite=False)
+    trainer = pl.Trainer(max_epochs=cfg.max_epochs, max_steps=cfg.max_steps, accelerator=cfg.accelerator, devices=1,
+                         precision=cfg.precision, logger=CSVLogger(out, name="logs"),
+                         callbacks=[best, stop], enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
+                         val_check_interval=cfg.val_every, check_val_every_n_epoch=None if cfg.val_every else 1,
+                         num_sanity_val_steps=0, enable_model_summary=False)
+    last = ckpt_dir / "last.ckpt"
+    warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
+    t0 = time.time()
+    trainer.fit(module, datamodule=data, ckpt_path=str(last) if cfg.resume and last.exists() else None)
+    wall = time.time() - t0
+    if best.best_model_path and Path(best.best_model_path).exists():
+        state = torch.load(best.best_model_path, map_location="cpu", weights_only=True)["state_dict"]
+        net.load_state_dict({k[len("net."):]: v for k, v in state.items() if k.startswith("net.")})
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    best_auc = float(best.best_model_score) if best.best_model_score is not None else None
+    meta = {"feature_spec": data.store_attrs.get("feature_spec"),
+            "model_fingerprint": data.store_attrs.get("model_fingerprint"),
+            "tokenizer_hash": data.store_attrs.get("tokenizer_hash"), "store": cfg.store,
+            "store_policy": data.store_attrs.get("policy"), "block_length": cfg.block_length,
+            "best_val_auc": best_auc, "best_checkpoint": best.best_model_path or None,
+            "global_step": trainer.global_step, "n_parameters": count_parameters(net), "train_config": asdict(cfg)}
+    sampler_dir = save_sampler(net.eval(), scfg, out / "sampler", meta)
+    # the decoding policy needs the store's token PCA table to compute the same features live
+    from ..trajectories.store import StoreReader
+
+    pca = StoreReader(cfg.store, cfg.block_length).token_pca
+    if pca is not None:
+        import numpy as np
+
+        np.save(sampler_dir / "token_pca.npy", np.asarray(pca))
+    (out / "metrics.json").write_text(json.dumps({"global_step": trainer.global_step, "epoch": trainer.current_epoch,
+                                                  "wall_s_this_run": wall, "best_val_auc": best_auc,
+                                                  "n_train_rows": data.n_train_rows, "n_val_rows": data.n_val_rows,
+                                                  **metrics}, indent=2) + "\n")
+    return sampler_dir
+
+
+def main(argv: list[str]) -> int:
+    """``workbench train sampler --config <yaml> [--field value ...]``; prints the sampler directory."""
+    from ..cli import parse_dataclass
+
+    cfg = parse_dataclass("workbench train sampler", SamplerTrainConfig, argv)
+    out = train_sampler(cfg)
+    print(f"sampler saved to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
