@@ -21,6 +21,7 @@ commands:
   store info    sizes, row counts, label balance of a trajectory store
   store verify  check a trajectory store (shapes, row ranges, labels, NaNs, model match)
   sweep         Optuna multi-objective threshold study (maximise TPF and accuracy), Pareto front
+  sweep sampler Optuna study of sampler training hyper-parameters (val AUC, with pruning)
 
 run 'workbench <command> --help' for the options of a command."""
 
@@ -67,9 +68,13 @@ def _cmd_store(argv: list[str]) -> int:
 
 
 def _cmd_sweep(argv: list[str]) -> int:
+    if argv and argv[0] == "sampler":
+        from .tune import sampler_hpo
+
+        return sampler_hpo.main(argv[1:])
     from .tune import sweep
 
-    return sweep.main(argv)
+    return sweep.main(argv[1:] if argv and argv[0] == "threshold" else argv)
 
 
 def _cmd_collect(argv: list[str]) -> int:

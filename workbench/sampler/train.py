@@ -112,7 +112,7 @@ def _model_fingerprint(spec: str) -> str:
     return model_fingerprint(model)
 
 
-def train_sampler(cfg: SamplerTrainConfig) -> Path:
+def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Path:
     """Train (or resume) a sampler; returns the saved sampler directory ``out_dir/sampler``.
 
     Raises ``ValueError`` for a bad config, :class:`~workbench.trajectories.store.StoreError` for a missing /
@@ -138,7 +138,7 @@ def train_sampler(cfg: SamplerTrainConfig) -> Path:
     stop = EarlyStopping(monitor="val/auc", mode="max", patience=cfg.patience, check_finite=False)
     trainer = pl.Trainer(max_epochs=cfg.max_epochs, max_steps=cfg.max_steps, accelerator=cfg.accelerator, devices=1,
                          precision=cfg.precision, logger=CSVLogger(out, name="logs"),
-                         callbacks=[best, stop], enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
+                         callbacks=[best, stop, *(callbacks or [])], enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
                          val_check_interval=cfg.val_every, check_val_every_n_epoch=None if cfg.val_every else 1,
                          num_sanity_val_steps=0, enable_model_summary=False)
     last = ckpt_dir / "last.ckpt"

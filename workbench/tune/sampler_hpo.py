@@ -1,0 +1,124 @@
+"""``workbench sweep sampler``: an Optuna study of sampler training hyper-parameters (learning rate,
+width, depth), maximising validation AUC, with pruning of unpromising trials from the Lightning loop.
+
+Optuna's own ``optuna_integration.PyTorchLightningPruningCallback`` imports ``lightning.pytorch``; this
+project uses the ``pytorch_lightning`` package (the two must not be mixed), so :class:`PruningCallback`
+does the same two calls (``trial.report`` + ``trial.should_prune``) as a ``pytorch_lightning`` callback.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import optuna
+import pytorch_lightning as pl
+
+from ..utils import prepare_run_dir
+from .storage import make_storage
+
+
+class PruningCallback(pl.Callback):
+    """Report ``monitor`` to the trial after every validation and raise ``optuna.TrialPruned`` when the
+    pruner says so (Optuna's Lightning pruning callback, for ``pytorch_lightning``)."""
+
+    def __init__(self, trial: optuna.Trial, monitor: str = "val/auc"):
+        self.trial, self.monitor = trial, monitor
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or self.monitor not in trainer.callback_metrics:
+            return
+        step = trainer.global_step
+        self.trial.report(float(trainer.callback_metrics[self.monitor]), step)
+        if self.trial.should_prune():
+            raise optuna.TrialPruned(f"trial {self.trial.number} pruned at step {step}")
+
+
+@dataclass
+class SamplerHPOConfig:
+    """Optuna study over sampler training hyper-parameters (maximise validation AUC)."""
+
+    store: str = "trajectories/tiny-serial.zarr"
+    """Trajectory store to train on."""
+    block_length: int = 32
+    """Block length group of the store."""
+    study: str = "sampler-hpo"
+    """Study name; rerunning with the same name and storage resumes it."""
+    storage: str | None = None
+    """None → SQLite file in out_dir; an RDB URL; or a journal file path."""
+    out_dir: str = "runs/sampler_hpo"
+    """Run directory (one sub-folder per trial, best_params.json, trials.parquet)."""
+    n_trials: int = 10
+    """Total finished (complete or pruned) trials the study should reach."""
+    lr_low: float = 1e-4
+    """Learning-rate range (log-uniform)."""
+    lr_high: float = 3e-3
+    """Learning-rate range (log-uniform)."""
+    widths: list[int] = field(default_factory=lambda: [64, 128, 256])
+    """Candidate widths d."""
+    depth_low: int = 1
+    """Depth range."""
+    depth_high: int = 4
+    """Depth range."""
+    max_epochs: int = 5
+    """Epochs per trial."""
+    val_every: int | None = 50
+    """Validate (and report to the pruner) every this many steps."""
+    batch_size: int = 256
+    """Rows per step."""
+    keep_trial_dirs: bool = False
+    """Keep every trial's run directory (default: only the best trial's sampler is kept)."""
+    seed: int | None = 0
+    """Optuna sampler seed."""
+
+
+def run_sampler_hpo(cfg: SamplerHPOConfig) -> dict:
+    """Create or resume the study and run it to ``n_trials`` finished trials; returns the best trial."""
+    from ..sampler.train import SamplerTrainConfig, train_sampler
+
+    out = prepare_run_dir(cfg.out_dir)
+    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=cfg.study, storage=make_storage(cfg.storage, out), load_if_exists=True,
+                                direction="maximize", sampler=optuna.samplers.TPESampler(seed=cfg.seed),
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=cfg.val_every or 0))
+    base = SamplerTrainConfig(store=cfg.store, block_length=cfg.block_length, max_epochs=cfg.max_epochs,
+                              val_every=cfg.val_every, batch_size=cfg.batch_size, progress_bar=False, resume=False)
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+    def objective(trial: optuna.Trial) -> float:
+        d = trial.suggest_categorical("d_model", cfg.widths)
+        tcfg = replace(base, out_dir=str(out / f"trial-{trial.number:03d}"), lr=trial.suggest_float("lr", cfg.lr_low, cfg.lr_high, log=True),
+                       d_model=d, heads=max(1, d // 32), depth=trial.suggest_int("depth", cfg.depth_low, cfg.depth_high))
+        train_sampler(tcfg, callbacks=[PruningCallback(trial)])
+        metrics = json.loads((Path(tcfg.out_dir) / "metrics.json").read_text())
+        return float(metrics["best_val_auc"])
+
+    t0 = time.time()
+    n_done = sum(t.state in finished for t in study.trials)
+    if n_done < cfg.n_trials:
+        study.optimize(objective, n_trials=cfg.n_trials - n_done,
+                       callbacks=[optuna.study.MaxTrialsCallback(cfg.n_trials, states=finished)])
+    df = study.trials_dataframe()
+    df.to_parquet(out / "trials.parquet", index=False)
+    best = study.best_trial
+    (out / "best_params.json").write_text(json.dumps({"number": best.number, "val_auc": best.value, **best.params}, indent=2) + "\n")
+    if not cfg.keep_trial_dirs:
+        for p in out.glob("trial-*"):
+            if p.name != f"trial-{best.number:03d}":
+                shutil.rmtree(p, ignore_errors=True)
+    states = df["state"].value_counts().to_dict() if len(df) else {}
+    return {"study": cfg.study, "best": {"number": best.number, "val_auc": best.value, **best.params},
+            "states": states, "wall_s": time.time() - t0, "out_dir": str(out)}
+
+
+def main(argv: list[str]) -> int:
+    """``workbench sweep sampler``."""
+    from ..cli import parse_dataclass
+
+    cfg = parse_dataclass("workbench sweep sampler", SamplerHPOConfig, argv)
+    r = run_sampler_hpo(cfg)
+    print(f"study {r['study']}: trial states {r['states']}; best {r['best']} ({r['wall_s']:.0f} s)")
+    return 0
