@@ -14,10 +14,11 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
                 "--corpus", str(small_corpus), "--out_dir", str(out), "--n_prompts", "4", "--prompt_len", "48",
                 "--gen_len", "16", "--block_lengths", "[4,8]", "--thresholds", "[0.5,0.9]", "--heldout_windows", "4",
                 "--progress_bar", "false", "--precision", "fp32",
-                "--collect_prompts", "8", "--collect_block_lengths", "[4,8]")
+                "--collect_prompts", "30", "--collect_block_lengths", "[4,8]", "--sampler_block_length", "8",
+                "--sampler_epochs", "1", "--sampler_max_steps", "10", "--sweep_trials", "2")
     wall = time.time() - t0
     assert p.returncode == 0, p.stderr[-3000:]
-    assert wall < 60, f"micro demo took {wall:.0f} s"
+    assert wall < 90, f"micro demo took {wall:.0f} s"
     for f in ("report.md", "config.json", "metrics.json", "results.parquet", "summary.parquet", "accuracy_vs_tpf.png"):
         assert (out / f).exists(), f
     assert not (tmp_path / "demo.partial").exists()
@@ -32,6 +33,12 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
     assert "Headline" in report and "unigram baseline" in report
     assert "decoding summary" in p.stdout
     # the trajectory store section (issue 3)
-    assert "Trajectory store" in report and metrics["collection"]["info"]["block_lengths"]["8"]["trajectories"] == 32
+    assert "Trajectory store" in report and metrics["collection"]["info"]["block_lengths"]["8"]["trajectories"] == 120
     from workbench.trajectories.store import verify_store
     verify_store(out / "trajectories.zarr")
+    # the sampler stage (issue 4): AUC table, both frontiers, a resumable sweep
+    assert "Confidence sampler" in report and "MLP-only ablation" in report
+    for f in ("frontier_agree_serial.png", "frontier_results.parquet", "sweep/pareto.parquet", "sweep/optuna.db"):
+        assert (out / f).exists(), f
+    fr = pd.read_parquet(out / "frontier_results.parquet")
+    assert {"confidence", "sampler"} <= set(fr["policy"]) and (fr[fr["policy"] == "sampler"]["tpf"] >= 1).all()

@@ -94,7 +94,7 @@ def _quiet_libraries() -> None:
     hf_logging.set_verbosity_error()
     for name in ("pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=r".*(LeafSpec|litlogger|litmodels|does not have many workers).*")
+    warnings.filterwarnings("ignore", message=r".*(LeafSpec|litlogger|litmodels|does not have many workers|infer the batch indices).*")
 
 
 def _commands():

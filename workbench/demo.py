@@ -68,6 +68,16 @@ class DemoConfig:
     """Trajectory policy of the demo's store (serial, hybrid, confidence)."""
     store: str | None = None
     """Where the demo's trajectory store is written (default: ``<out_dir>/trajectories.zarr``)."""
+    sampler: bool = True
+    """Train the confidence sampler + MLP ablation on the store, compare frontiers, run a short sweep."""
+    sampler_block_length: int = 32
+    """Block length of the sampler stage (NLD Fig. 8 uses 32)."""
+    sampler_epochs: int = 4
+    """Sampler training epochs (early stopping on held-out AUC)."""
+    sampler_max_steps: int = 600
+    """Cap on sampler optimiser steps."""
+    sweep_trials: int = 6
+    """Trials of the demo's Optuna threshold sweep (0 = skip)."""
     heldout_windows: int = 128
     """Validation windows (256 tokens) for the held-out loss."""
     batch_size: int = 16
@@ -155,9 +165,13 @@ def run_demo(cfg: DemoConfig) -> Path:
         has_curves = plot_training_curves(Path(model_dir) / "training_log.csv", run / "training_curves.png")
 
         collection = _collect(cfg, model_spec, run, final) if cfg.collect else None
+        sampler_stage = _sampler_stage(cfg, model_spec, model, tok, prompts, ecfg, run) \
+            if cfg.collect and cfg.sampler and cfg.sampler_block_length in cfg.collect_block_lengths else None
         headline = _headline(summary)
-        metrics = {"model": str(model_spec), "parameters": n_params, "heldout": held, "splits": split_stats,
+        shown_model = str(model_spec).replace(str(run), str(final))
+        metrics = {"model": shown_model, "parameters": n_params, "heldout": held, "splits": split_stats,
                    "n_prompts": len(prompts), "headline": headline, "targets": TARGETS, "collection": collection,
+                   "sampler": sampler_stage,
                    "timing_s": {"corpus": t_corpus, "heldout": t_held, "evaluation": t_eval,
                                 "total": time.time() - t_start},
                    "device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -189,6 +203,19 @@ def _collect(cfg: DemoConfig, model_spec: str, run: Path, final: Path) -> dict:
     info = store_info(out)
     info["path"] = shown
     return {"store": shown, "policy": cfg.collect_policy, "run": r, "info": info}
+
+
+def _sampler_stage(cfg: DemoConfig, model_spec, model, tok, prompts, ecfg, run: Path) -> dict:
+    from .demo_sampler import frontier_stage, sweep_stage, train_demo_samplers
+
+    store = str(run / "trajectories.zarr") if cfg.store is None else cfg.store
+    b = cfg.sampler_block_length
+    samplers = train_demo_samplers(store, b, run, str(model_spec), cfg.sampler_epochs, cfg.sampler_max_steps,
+                                   cfg.progress_bar)
+    fr = frontier_stage(model, tok, prompts, ecfg, samplers["attention"]["path"], b, run)
+    sw = sweep_stage(str(model_spec), samplers["attention"]["path"], run, cfg.corpus, b, cfg.sweep_trials,
+                     cfg.precision) if cfg.sweep_trials > 0 else None
+    return {"samplers": samplers, "frontier": fr, "sweep": sw}
 
 
 def _headline(summary: pd.DataFrame) -> dict:
@@ -283,6 +310,10 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
         lines.append("")
     if metrics.get("collection"):
         lines += _collection_section(metrics["collection"])
+    if metrics.get("sampler"):
+        from .demo_sampler import sampler_section
+
+        lines += sampler_section(metrics["sampler"], cfg.sampler_block_length)
     lines += ["## Files", "", "- `results.parquet`: one row per prompt × mode × policy × B × τ (metrics + text)",
               "- `summary.parquet`, `summary_by_category.parquet`: means", "- `metrics.json`: held-out losses, headline, timings",
               "- `config.json`: the resolved demo configuration", ""]
