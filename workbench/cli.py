@@ -20,6 +20,7 @@ commands:
   collect       collect denoising trajectories into a Zarr store (Lightning predict loop)
   store info    sizes, row counts, label balance of a trajectory store
   store verify  check a trajectory store (shapes, row ranges, labels, NaNs, model match)
+  sol           speed-of-light analysis: serial target, greedy, recursive dynamic compaction (NLD §4)
   sweep         Optuna multi-objective threshold study (maximise TPF and accuracy), Pareto front
   sweep sampler Optuna study of sampler training hyper-parameters (val AUC, with pruning)
 
@@ -77,6 +78,12 @@ def _cmd_sweep(argv: list[str]) -> int:
     return sweep.main(argv[1:] if argv and argv[0] == "threshold" else argv)
 
 
+def _cmd_sol(argv: list[str]) -> int:
+    from .sol import run
+
+    return run.main(argv)
+
+
 def _cmd_collect(argv: list[str]) -> int:
     from .trajectories import collect
 
@@ -103,7 +110,7 @@ def _commands():
     from .evaluation import harness
 
     return {"train": _cmd_train, "demo": demo.main, "evaluate": harness.main, "decode": decode_cli.main,
-            "collect": _cmd_collect, "store": _cmd_store, "sweep": _cmd_sweep}
+            "collect": _cmd_collect, "store": _cmd_store, "sweep": _cmd_sweep, "sol": _cmd_sol}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -79,7 +79,9 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
                     model.extend(ctx_ids, fresh, ctx_valid)
                     logits = model.diffusion_logits(block, fresh, kv)
                 calls += 1
-                probs = torch.softmax(logits.float(), dim=-1)
+                logits = logits.float()
+                logits[..., model.mask_token_id] = float("-inf")  # a position is never decoded as the mask token
+                probs = torch.softmax(logits, dim=-1)
                 commit = (rule(probs, masked, truth) if rule_sees_truth else rule(probs, masked)) & masked
                 top = probs.argmax(dim=-1)
                 if on_step is not None:

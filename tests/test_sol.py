@@ -1,0 +1,133 @@
+"""SOL (NLD §4.1): hand-built cases whose predictions we control, and invariants on the micro preset."""
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+
+from workbench.model.presets import preset_config
+from workbench.model.trimode import TriModeLM
+from workbench.sol.runner import run_sol
+from workbench.sol.search import Budget, compaction, greedy, serial, solve_block
+
+M = 99  # mask id of the hand-built cases
+
+
+def drive(gen, fn):
+    """Run a SOL generator against ``fn(state) -> (top, conf)``; returns (result, forwards used)."""
+    n = 0
+    req = next(gen)
+    try:
+        while True:
+            n += len(req)
+            req = gen.send([fn(s) for s in req])
+    except StopIteration as e:
+        return e.value, n
+
+
+def table_model(rules):
+    """``rules``: {tuple(state): (top, conf)}; unlisted states fall back to ``default``."""
+    def fn(s):
+        key = tuple(int(x) for x in s)
+        top, conf = rules[key]
+        return torch.tensor(top), torch.tensor(conf, dtype=torch.float32)
+    return fn
+
+
+# a = 1, b = 2, c = 3; target t = [a, b, c]
+CASE = {
+    (M, M, M): ([1, 7, 3], [0.9, 0.5, 0.6]),   # matches at 0 and 2 (t = [1, 2, 3])
+    (1, M, M): ([1, 2, 3], [1.0, 0.8, 0.7]),   # serial path: commit 1 next
+    (1, 2, M): ([1, 2, 3], [1.0, 1.0, 0.9]),
+    (1, M, 3): ([1, 8, 3], [1.0, 0.7, 1.0]),   # after committing {0, 2} position 1 goes wrong: greedy fails
+}
+
+
+def test_greedy_fails_compaction_succeeds():
+    fn = table_model(CASE)
+    t, n = drive(serial(3, M), fn)
+    assert t.tolist() == [1, 2, 3] and n == 3                      # serial forwards = B
+    empty = torch.full((3,), M)
+    (ok, f), _ = drive(greedy(empty, t, M), fn)
+    assert ok is False and f == 2
+    b = Budget(5000)
+    res, _ = drive(compaction(empty, t, M, 1, b), fn)
+    assert res.success and res.forced == 0
+    assert [c for c, _ in res.path] == [[0], [1, 2]]                 # {0, 2} unsafe → commit top-1; then both
+    assert res.forwards == 2 and b.spent == 1 and b.hits == 0       # the {0, 2} check fails after 1 forward
+    full, _ = drive(solve_block(3, M, 1, 5000, 0.95), fn)
+    assert full["sol_forwards"] == 2 and not full["greedy_success"] and full["serial_forwards"] == 3
+
+
+def test_budget_exhaustion_counts_as_unsafe():
+    fn = table_model(CASE)
+    t = torch.tensor([1, 2, 3])
+    b = Budget(0)
+    res, _ = drive(compaction(torch.full((3,), M), t, M, 1, b), fn)
+    # checking {0, 2} needs a simulation forward: over budget → unsafe → commit top-1 only
+    assert b.hits == 1 and b.spent == 0 and [c for c, _ in res.path] == [[0], [1, 2]] and res.success
+
+
+def test_forced_commit_when_no_position_matches():
+    # after the top-1 commit the state has no match at all: t is committed at the most confident position
+    rules = {
+        (M, M): ([1, 5], [0.9, 0.4]),
+        (1, M): ([1, 5], [1.0, 0.6]),
+    }
+    fn = table_model(rules)
+    t = torch.tensor([1, 6])      # as if serial had produced 6 at position 1 (from another context)
+    res, _ = drive(compaction(torch.full((2,), M), t, M, 1, Budget(10)), fn)
+    assert res.forced == 1 and res.path[-1] == ([1], True) and res.forwards == 2
+
+
+@pytest.fixture(scope="module")
+def models():
+    out = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        cfg = preset_config("micro")
+        out.append(TriModeLM(LlamaForCausalLM(cfg).eval(), 256))
+    return out
+
+
+def _replay(model, prompt, prefix, rec):
+    """Replay a SOL path through the model: every non-forced commit must be a position whose argmax
+    equals the serial target at that state; the path must end at t."""
+    from workbench.sol.bank import PrefixBank
+
+    bank = PrefixBank(model, [prompt + prefix], 0, 0)
+    t = rec["target"]
+    s = torch.full_like(t, model.mask_token_id)
+    for positions, forced in rec["sol_path"]:
+        assert len(positions) >= 1
+        top, _ = bank.evaluate(torch.tensor([0]), s[None])
+        if not forced:
+            assert all(int(top[0, j]) == int(t[j]) for j in positions)
+        s[positions] = t[positions]
+    assert torch.equal(s, t)
+
+
+def test_invariants_on_micro_models(models):
+    prompts = [list(range(10, 40)), list(range(50, 62)), [5, 6, 7, 8, 9, 10], list(range(100, 140))]
+    for model in models:
+        for b in (4, 8):
+            recs = run_sol(model, prompts, b, 2, pad_id=0, budget=200, threshold=0.3)
+            for r in recs:
+                assert r["serial_forwards"] == b
+                assert r["sol_forwards"] == len(r["sol_path"]) >= 1          # ≥ 1 commit per iteration
+                assert sum(len(p) for p, _ in r["sol_path"]) == b
+                if r["greedy_success"]:
+                    assert r["sol_forwards"] <= r["greedy_forwards"]
+            # replay the first block of every prompt (its context is the prompt alone)
+            for r in recs:
+                if r["block_index"] == 0:
+                    _replay(model, prompts[r["prompt_index"]], [], r)
+
+
+def test_batched_equals_one_block_at_a_time(models):
+    prompts = [list(range(10, 40)), list(range(50, 62)), [5, 6, 7, 8, 9, 10]]
+    a = run_sol(models[1], prompts, 8, 2, pad_id=0, budget=100, max_rows=256)
+    b = run_sol(models[1], prompts, 8, 2, pad_id=0, budget=100, max_rows=1)
+    keys = ("greedy_forwards", "greedy_success", "sol_forwards", "forced_commits", "budget_hits", "sim_forwards",
+            "confidence_forwards", "sol_path")
+    for x, y in zip(a, b):
+        assert torch.equal(x["target"], y["target"])
+        assert all(x[k] == y[k] for k in keys)

@@ -1,0 +1,73 @@
+"""KV cache of the clean prefixes of many prompts, for SOL's lockstep forwards.
+
+Layout per layer: keys / values ``(n_prompts, heads, P0 + n_blocks·B, head_dim)`` and a validity mask
+``(n_prompts, P0 + n_blocks·B)``. Prompts are left-padded into the first ``P0`` columns; block ``b``'s
+committed tokens go to columns ``[P0 + b·B, P0 + (b + 1)·B)`` when the block is done. Invalid columns
+(padding, blocks not committed yet) are masked out, and position ids count only valid columns, so every
+prompt sees exactly its own prefix whatever the others are doing.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from ..decoding.base import autocast_for, left_pad
+
+
+class PrefixBank:
+    """Prefix KV of ``prompts`` (prefilled in chunks of ``batch`` prompts)."""
+
+    def __init__(self, model, prompts: list[list[int]], extra_cols: int, pad_id: int, precision: str = "fp32",
+                 batch: int = 32):
+        self.model, self.precision = model, precision
+        ids, valid = left_pad(prompts, pad_id, model.device)
+        n, self.p0 = ids.shape
+        total = self.p0 + extra_cols
+        self.valid = torch.zeros((n, total), dtype=torch.bool, device=model.device)
+        self.valid[:, :self.p0] = valid
+        self.k: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+        with torch.no_grad(), autocast_for(model.device, precision):
+            for s in range(0, n, batch):
+                cache = model.new_cache()
+                model.extend(ids[s:s + batch], cache, valid[s:s + batch])
+                for i, layer in enumerate(cache.layers):
+                    if s == 0:
+                        shape = (n, *layer.keys.shape[1:2], total, layer.keys.shape[-1])
+                        self.k.append(torch.zeros(shape, dtype=layer.keys.dtype, device=model.device))
+                        self.v.append(torch.zeros(shape, dtype=layer.values.dtype, device=model.device))
+                    self.k[i][s:s + batch, :, :self.p0] = layer.keys
+                    self.v[i][s:s + batch, :, :self.p0] = layer.values
+
+    def cache_for(self, rows: torch.Tensor) -> tuple[DynamicCache, torch.Tensor]:
+        """A fresh cache holding the prefixes of ``rows`` ``(R,)`` (rows may repeat) and their validity."""
+        cache = self.model.new_cache()
+        for i in range(len(self.k)):
+            cache.update(self.k[i][rows], self.v[i][rows], i)
+        return cache, self.valid[rows]
+
+    @torch.no_grad()
+    def commit(self, rows: list[int], blocks: torch.Tensor, col: int) -> None:
+        """KV-commit forward: append ``blocks`` ``(R, B)`` (causal) to the prefixes of ``rows`` at column ``col``."""
+        r = torch.tensor(rows, dtype=torch.long, device=self.valid.device)
+        b = blocks.shape[1]
+        with autocast_for(self.model.device, self.precision):
+            cache, valid = self.cache_for(r)
+            kv = torch.cat([valid, torch.ones((len(rows), b), dtype=torch.bool, device=valid.device)], 1)
+            self.model.extend(blocks.to(valid.device), cache, kv)
+        for i, layer in enumerate(cache.layers):
+            self.k[i][r, :, col:col + b] = layer.keys[:, :, -b:].to(self.k[i].dtype)
+            self.v[i][r, :, col:col + b] = layer.values[:, :, -b:].to(self.v[i].dtype)
+        self.valid[r, col:col + b] = True
+
+    @torch.no_grad()
+    def evaluate(self, rows: torch.Tensor, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Diffusion forward of ``states`` ``(R, B)`` over the prefixes of ``rows`` ``(R,)``.
+        Returns ``(top, conf)``, each ``(R, B)``: argmax token and its probability."""
+        with autocast_for(self.model.device, self.precision):
+            cache, valid = self.cache_for(rows)
+            kv = torch.cat([valid, torch.ones(states.shape, dtype=torch.bool, device=valid.device)], 1)
+            logits = self.model.diffusion_logits(states.to(valid.device), cache, kv).float()
+        logits[..., self.model.mask_token_id] = float("-inf")  # never predict the mask token itself
+        conf, top = torch.softmax(logits, dim=-1).max(dim=-1)
+        return top.cpu(), conf.cpu()

@@ -1,0 +1,199 @@
+"""``workbench sol``: SOL analysis over held-out prompts and block lengths (NLD §4, Table 4, Fig. 7).
+
+Writes to the run directory:
+
+* ``blocks.parquet``: one row per (prompt, B, block): forwards of serial / greedy / SOL / confidence,
+  greedy success, budget hits, forced commits, simulation forwards, wall time;
+* ``summary.parquet`` (category × B) and ``summary_overall.parquet`` (per B): SOL acceptance
+  (B ÷ SOL forwards, aggregated as total tokens ÷ total forwards), SOL real TPF (+1 KV-commit forward
+  per block), greedy acceptance and success rate, confidence TPF, and the serial-target output's
+  accuracy metrics (token accuracy vs the real continuation, first-line exact match, repetition);
+* ``sol_by_category.png`` (Fig. 7 analogue) and ``sol_vs_B.png``; ``config.json``, ``summary.json``.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from ..decoding.base import DecodeError
+from ..utils import prepare_run_dir
+from .runner import run_sol
+
+
+@dataclass
+class SolConfig:
+    """Speed-of-light analysis of diffusion decoding."""
+
+    model: str = "builtin:tiny"
+    """Checkpoint directory or 'builtin:tiny'."""
+    corpus: str = "stdlib"
+    """Corpus of the held-out prompts."""
+    split: str = "test"
+    """Corpus split of the prompts."""
+    n_prompts: int = 24
+    """Prompts (at most one per file, spread over categories)."""
+    prompt_len: int = 192
+    """Maximum prompt length (tokens)."""
+    gen_len: int = 64
+    """Tokens reproduced per prompt (a multiple of every block length)."""
+    block_lengths: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
+    """Block lengths B."""
+    depth: int = 1
+    """Compaction depth (1: safety checked by greedy, NLD default)."""
+    budget: int = 5000
+    """Simulation forwards per block for safety checks (over budget = unsafe)."""
+    threshold: float = 0.9
+    """Confidence policy threshold measured on the same blocks (the gap to SOL)."""
+    max_rows: int = 256
+    """Block states per batched forward (1 = one at a time)."""
+    precision: str = "fp32"
+    """'fp32' or 'bf16'."""
+    device: str = "auto"
+    """'cpu', 'cuda' or 'auto'."""
+    out_dir: str = "runs/sol"
+    """Run directory."""
+    progress_bar: bool = True
+    """Show a progress bar."""
+
+    def validate(self) -> None:
+        for b in self.block_lengths:
+            if b <= 0 or self.gen_len % b:
+                raise DecodeError(f"block length {b} must be positive and divide gen_len {self.gen_len}")
+        if self.depth < 1 or self.budget < 0 or self.max_rows < 1:
+            raise ValueError("need depth ≥ 1, budget ≥ 0 and max_rows ≥ 1")
+
+
+def summarize_blocks(blocks: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Aggregate block rows: acceptance = Σ B ÷ Σ forwards (tokens per forward) for each method."""
+    blocks = blocks.assign(sol_real_forwards=blocks["sol_forwards"] + 1)
+    g = blocks.groupby(by)
+    out = pd.DataFrame({
+        "blocks": g.size(),
+        "sol_acceptance": g["block_length"].sum() / g["sol_forwards"].sum(),
+        "sol_real_tpf": g["block_length"].sum() / g["sol_real_forwards"].sum(),
+        "greedy_success_rate": g["greedy_success"].mean(),
+        "greedy_acceptance": blocks[blocks["greedy_success"]].groupby(by)["block_length"].sum()
+        / blocks[blocks["greedy_success"]].groupby(by)["greedy_forwards"].sum(),
+        "confidence_tpf": g["block_length"].sum() / g["confidence_forwards"].sum(),
+        "confidence_equals_target": g["confidence_equals_target"].mean(),
+        "forced_commits_per_block": g["forced_commits"].mean(),
+        "budget_hits_per_block": g["budget_hits"].mean(),
+        "sim_forwards_per_block": g["sim_forwards"].mean(),
+        "wall_s_per_block": g["wall_s"].mean(),
+    }).reset_index()
+    out["sol_over_confidence"] = out["sol_acceptance"] / out["confidence_tpf"]
+    return out
+
+
+def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
+    """Run the analysis and write the run directory; returns the overall summary as records."""
+    from ..corpus import by_split, load_corpus
+    from ..evaluation.harness import load_model, resolve_device
+    from ..evaluation.metrics import first_line, repetition_rate
+    from ..evaluation.prompts import make_prompts
+    from ..tokenizer import is_byte_tokenizer
+
+    cfg.validate()
+    if model is None:
+        model, tokenizer, _ = load_model(cfg.model, resolve_device(cfg.device))
+    enc = None if is_byte_tokenizer(tokenizer) else tokenizer
+    prompts = make_prompts(by_split(load_corpus(cfg.corpus), cfg.split), cfg.n_prompts, cfg.prompt_len, cfg.gen_len, enc)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    rows, outputs = [], []
+    t0 = time.time()
+    total = len(prompts) * sum(cfg.gen_len // b for b in cfg.block_lengths)
+    bar = tqdm(total=total, desc="sol blocks", disable=not cfg.progress_bar)
+    done_before = 0
+    for b in cfg.block_lengths:
+        n_blocks = cfg.gen_len // b
+        recs = run_sol(model, [list(p.prompt) for p in prompts], b, n_blocks, pad, cfg.depth, cfg.budget,
+                       cfg.threshold, cfg.max_rows, cfg.precision,
+                       progress=lambda k: bar.update(done_before + k - bar.n))
+        done_before += len(recs)
+        for r in recs:
+            p = prompts[r["prompt_index"]]
+            rows.append({"prompt_id": p.prompt_id, "path": p.path, "category": p.category,
+                         **{k: v for k, v in r.items() if k not in ("target", "sol_path", "prompt_index")},
+                         "sol_iterations": len(r["sol_path"]),
+                         "max_commit_per_iteration": max(len(c) for c, _ in r["sol_path"])})
+        for i, p in enumerate(prompts):
+            target = [tok for r in recs if r["prompt_index"] == i for tok in r["target"].tolist()]
+            text, real_text = tokenizer.decode(target), tokenizer.decode(list(p.real))
+            outputs.append({"prompt_id": p.prompt_id, "category": p.category, "block_length": b,
+                            "token_acc": float(np.mean(np.asarray(target) == np.asarray(p.real))),
+                            "first_line_exact": float(first_line(text) == first_line(real_text)),
+                            "repetition": repetition_rate(target), "real_repetition": repetition_rate(list(p.real)),
+                            "text": text})
+    bar.close()
+    out = prepare_run_dir(cfg.out_dir)
+    blocks = pd.DataFrame(rows)
+    targets = pd.DataFrame(outputs)
+    acc_cat = targets.groupby(["category", "block_length"])[["token_acc", "first_line_exact", "repetition"]].mean().reset_index()
+    acc_all = targets.groupby(["block_length"])[["token_acc", "first_line_exact", "repetition"]].mean().reset_index()
+    summary = summarize_blocks(blocks, ["category", "block_length"]).merge(acc_cat, on=["category", "block_length"])
+    overall = summarize_blocks(blocks, ["block_length"]).merge(acc_all, on=["block_length"])
+    blocks.to_parquet(out / "blocks.parquet", index=False)
+    targets.to_parquet(out / "serial_targets.parquet", index=False)
+    summary.to_parquet(out / "summary.parquet", index=False)
+    overall.to_parquet(out / "summary_overall.parquet", index=False)
+    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    (out / "summary.json").write_text(json.dumps({"wall_s": time.time() - t0, "n_prompts": len(prompts),
+                                                  "overall": overall.to_dict(orient="records")}, indent=2) + "\n")
+    plot_sol(summary, overall, out)
+    return {"overall": overall, "summary": summary, "out_dir": out, "wall_s": time.time() - t0}
+
+
+def plot_sol(summary: pd.DataFrame, overall: pd.DataFrame, out: Path) -> None:
+    """``sol_vs_B.png`` (acceptance vs block length) and ``sol_by_category.png`` (Fig. 7 analogue at the largest B)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for col, label in [("sol_acceptance", "SOL (compaction)"), ("sol_real_tpf", "SOL real TPF"),
+                       ("greedy_acceptance", "greedy (successful blocks)"), ("confidence_tpf", "confidence τ")]:
+        ax.plot(overall["block_length"], overall[col], "-o", label=label)
+    ax.set_xlabel("block length B")
+    ax.set_ylabel("tokens per forward")
+    ax.set_xscale("log", base=2)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "sol_vs_B.png", dpi=120)
+    plt.close(fig)
+    b = int(summary["block_length"].max())
+    s = summary[summary["block_length"] == b].sort_values("sol_acceptance")
+    x = np.arange(len(s))
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(s) + 2), 4))
+    for i, (col, label) in enumerate([("sol_acceptance", "SOL acceptance"), ("sol_real_tpf", "SOL real TPF"),
+                                      ("greedy_acceptance", "greedy"), ("confidence_tpf", "confidence")]):
+        ax.bar(x + (i - 1.5) * 0.2, s[col], width=0.2, label=label)
+    ax.set_xticks(x)
+    ax.set_xticklabels(s["category"], rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("tokens per forward")
+    ax.set_title(f"per category, B = {b}")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(out / "sol_by_category.png", dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
+    """``workbench sol``."""
+    from ..cli import parse_dataclass
+
+    cfg = parse_dataclass("workbench sol", SolConfig, argv)
+    r = run_sol_eval(cfg)
+    cols = ["block_length", "sol_acceptance", "sol_real_tpf", "greedy_acceptance", "greedy_success_rate",
+            "confidence_tpf", "token_acc"]
+    print(r["overall"][cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(f"results: {r['out_dir']}/blocks.parquet ({r['wall_s']:.0f} s)")
+    return 0

@@ -1,0 +1,174 @@
+"""Per-block SOL procedures (NLD §4.1) written as generators.
+
+Every procedure ``yield``\\ s a list of block states (``(B,)`` token-id tensors, mask token at undecided
+positions) that it needs the model to evaluate, and receives one ``(top, conf)`` pair per state:
+``top`` ``(B,)`` the argmax token and ``conf`` ``(B,)`` its probability at every position. A scheduler
+(:mod:`workbench.sol.runner`) batches the requests of many blocks into one forward, so the same code
+runs one block at a time or many in lockstep with identical results.
+
+Definitions (``t`` = serial target, ``M`` = mask token):
+
+* **serial** (k = 1): from all-mask, each forward commits the argmax at the masked position with the
+  highest peak probability; exactly B forwards; its output is ``t``.
+* **greedy**: from all-mask, each forward commits every masked position whose argmax equals ``t``;
+  a state with masked positions but no match is a failure.
+* **recursive dynamic compaction** (depth d ≥ 1): each iteration (one forward) ranks the matched
+  positions by confidence and commits the largest prefix whose commit is *safe*: decoding the rest
+  with the decoder one level shallower (depth 0 = greedy) still reaches ``t`` on its own (no forced
+  commit), within the block's simulation budget (over budget = unsafe). The full matched set is
+  tried first (so compaction follows greedy exactly whenever greedy succeeds), then a binary search
+  over the prefix length; the top-1 match is taken as safe. A state with no match at all commits
+  ``t`` at the most confident masked position (a *forced* commit).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Budget:
+    """Simulation forwards left for one block's safety checks, and how many checks ran out of it."""
+
+    left: int
+    hits: int = 0
+    spent: int = 0
+
+    def take(self) -> bool:
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        self.spent += 1
+        return True
+
+
+def _most_confident(conf: torch.Tensor, masked: torch.Tensor) -> int:
+    return int(conf.masked_fill(~masked, -1.0).argmax())
+
+
+def serial(block_length: int, mask_id: int):
+    """Serial denoising from all-mask; returns the serial target ``t`` ``(B,)`` (B forwards)."""
+    s = torch.full((block_length,), mask_id, dtype=torch.long)
+    for _ in range(block_length):
+        ((top, conf),) = yield [s]
+        j = _most_confident(conf, s == mask_id)
+        s = s.clone()
+        s[j] = top[j]
+    return s
+
+
+def greedy(s: torch.Tensor, t: torch.Tensor, mask_id: int, budget: Budget | None = None):
+    """Greedy acceptance from state ``s``. Returns ``(success, forwards)``; ``success`` is None when the
+    budget ran out (counted in ``budget.hits``)."""
+    f = 0
+    while bool((s == mask_id).any()):
+        if budget is not None and not budget.take():
+            budget.hits += 1
+            return None, f
+        ((top, conf),) = yield [s]
+        f += 1
+        masked = s == mask_id
+        match = masked & (top == t)
+        if not bool(match.any()):
+            return False, f
+        s = torch.where(match, t, s)
+    return True, f
+
+
+@dataclass
+class CompactionResult:
+    success: bool | None          # None: over budget (simulations only)
+    forwards: int = 0
+    forced: int = 0
+    path: list = field(default_factory=list)   # per iteration: (committed positions, forced?)
+
+
+def compaction(s: torch.Tensor, t: torch.Tensor, mask_id: int, depth: int, budget: Budget, top_level: bool = True):
+    """Recursive dynamic compaction from state ``s`` towards ``t`` (see module docstring).
+
+    At the top level every forward is counted in ``forwards`` (the SOL cost) and forced commits are
+    allowed; inside a safety check (``top_level=False``) forwards are simulation forwards drawn from
+    ``budget`` and a state without a match makes the check fail."""
+    res = CompactionResult(success=True)
+    while bool((s == mask_id).any()):
+        if not top_level and not budget.take():
+            budget.hits += 1
+            return CompactionResult(None, res.forwards, res.forced)
+        ((top, conf),) = yield [s]
+        res.forwards += 1
+        masked = s == mask_id
+        match = masked & (top == t)
+        if not bool(match.any()):
+            if not top_level:
+                return CompactionResult(False, res.forwards, res.forced)
+            j = _most_confident(conf, masked)
+            s = s.clone()
+            s[j] = t[j]
+            res.forced += 1
+            res.path.append((j if isinstance(j, list) else [j], True))
+            continue
+        pos = torch.nonzero(match).squeeze(1)
+        ranked = pos[torch.argsort(conf[pos], descending=True, stable=True)]
+
+        def cand(k: int) -> torch.Tensor:
+            c = s.clone()
+            c[ranked[:k]] = t[ranked[:k]]
+            return c
+
+        n = len(ranked)
+        k = 1
+        if n > 1:
+            full = yield from _safe(cand(n), t, mask_id, depth, budget)
+            if full:
+                k = n
+            else:
+                lo, hi = 1, n - 1
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if (yield from _safe(cand(mid), t, mask_id, depth, budget)):
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                k = lo
+        s = cand(k)
+        res.path.append((ranked[:k].tolist(), False))
+    return res
+
+
+def _safe(c: torch.Tensor, t: torch.Tensor, mask_id: int, depth: int, budget: Budget):
+    """Is committing state ``c`` safe: does the depth-(d − 1) decoder reach ``t`` from it on its own?"""
+    if depth <= 1:
+        ok, _ = yield from greedy(c, t, mask_id, budget)
+        return ok is True
+    r = yield from compaction(c, t, mask_id, depth - 1, budget, top_level=False)
+    return r.success is True
+
+
+def confidence(block_length: int, mask_id: int, threshold: float):
+    """The confidence-threshold policy from all-mask; returns ``(forwards, output)``."""
+    s = torch.full((block_length,), mask_id, dtype=torch.long)
+    f = 0
+    while bool((s == mask_id).any()):
+        ((top, conf),) = yield [s]
+        f += 1
+        masked = s == mask_id
+        commit = masked & (conf >= threshold)
+        commit[_most_confident(conf, masked)] = True
+        s = torch.where(commit, top, s)
+    return f, s
+
+
+def solve_block(block_length: int, mask_id: int, depth: int = 1, budget: int = 5000, threshold: float = 0.9):
+    """Everything SOL measures on one block; returns a dict (forwards of serial / greedy / SOL /
+    confidence, greedy success, forced commits, budget hits, simulation forwards, the serial target)."""
+    t = yield from serial(block_length, mask_id)
+    empty = torch.full((block_length,), mask_id, dtype=torch.long)
+    g_ok, g_f = yield from greedy(empty, t, mask_id)
+    b = Budget(budget)
+    sol = yield from compaction(empty, t, mask_id, depth, b)
+    c_f, c_out = yield from confidence(block_length, mask_id, threshold)
+    return {"target": t, "serial_forwards": block_length, "greedy_forwards": g_f, "greedy_success": bool(g_ok),
+            "sol_forwards": sol.forwards, "forced_commits": sol.forced, "budget_hits": b.hits,
+            "sim_forwards": b.spent, "sol_path": sol.path, "confidence_forwards": c_f,
+            "confidence_equals_target": bool(torch.equal(c_out, t))}
