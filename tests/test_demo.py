@@ -15,7 +15,8 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
                 "--gen_len", "16", "--block_lengths", "[4,8]", "--thresholds", "[0.5,0.9]", "--heldout_windows", "4",
                 "--progress_bar", "false", "--precision", "fp32",
                 "--collect_prompts", "30", "--collect_block_lengths", "[4,8]", "--sampler_block_length", "8",
-                "--sampler_epochs", "1", "--sampler_max_steps", "10", "--sweep_trials", "2")
+                "--sampler_epochs", "1", "--sampler_max_steps", "10", "--sweep_trials", "2",
+                "--sol_prompts", "3", "--sol_gen_len", "16", "--sol_block_lengths", "[4,8]")
     wall = time.time() - t0
     assert p.returncode == 0, p.stderr[-3000:]
     assert wall < 90, f"micro demo took {wall:.0f} s"
@@ -41,4 +42,5 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
     for f in ("frontier_agree_serial.png", "frontier_results.parquet", "sweep/pareto.parquet", "sweep/optuna.db"):
         assert (out / f).exists(), f
     fr = pd.read_parquet(out / "frontier_results.parquet")
+    assert "Speed of light" in report and (out / "sol" / "blocks.parquet").exists()
     assert {"confidence", "sampler"} <= set(fr["policy"]) and (fr[fr["policy"] == "sampler"]["tpf"] >= 1).all()

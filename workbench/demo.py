@@ -78,6 +78,14 @@ class DemoConfig:
     """Cap on sampler optimiser steps."""
     sweep_trials: int = 6
     """Trials of the demo's Optuna threshold sweep (0 = skip)."""
+    sol: bool = True
+    """Run the speed-of-light analysis (NLD §4) on held-out prompts and add its table and figures."""
+    sol_prompts: int = 16
+    """Held-out prompts of the SOL stage."""
+    sol_gen_len: int = 64
+    """Tokens reproduced per prompt in the SOL stage (a multiple of every block length)."""
+    sol_block_lengths: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
+    """Block lengths of the SOL stage."""
     heldout_windows: int = 128
     """Validation windows (256 tokens) for the held-out loss."""
     batch_size: int = 16
@@ -167,11 +175,12 @@ def run_demo(cfg: DemoConfig) -> Path:
         collection = _collect(cfg, model_spec, run, final) if cfg.collect else None
         sampler_stage = _sampler_stage(cfg, model_spec, model, tok, prompts, ecfg, run) \
             if cfg.collect and cfg.sampler and cfg.sampler_block_length in cfg.collect_block_lengths else None
+        sol_stage = _sol_stage(cfg, model, tok, run) if cfg.sol else None
         headline = _headline(summary)
         shown_model = str(model_spec).replace(str(run), str(final))
         metrics = {"model": shown_model, "parameters": n_params, "heldout": held, "splits": split_stats,
                    "n_prompts": len(prompts), "headline": headline, "targets": TARGETS, "collection": collection,
-                   "sampler": sampler_stage,
+                   "sampler": sampler_stage, "sol": sol_stage,
                    "timing_s": {"corpus": t_corpus, "heldout": t_held, "evaluation": t_eval,
                                 "total": time.time() - t_start},
                    "device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -216,6 +225,35 @@ def _sampler_stage(cfg: DemoConfig, model_spec, model, tok, prompts, ecfg, run: 
     sw = sweep_stage(str(model_spec), samplers["attention"]["path"], run, cfg.corpus, b, cfg.sweep_trials,
                      cfg.precision) if cfg.sweep_trials > 0 else None
     return {"samplers": samplers, "frontier": fr, "sweep": sw}
+
+
+def _sol_stage(cfg: DemoConfig, model, tok, run: Path) -> dict:
+    from .sol.run import SolConfig, run_sol_eval
+
+    scfg = SolConfig(model=cfg.model, corpus=cfg.corpus, n_prompts=cfg.sol_prompts, prompt_len=cfg.prompt_len,
+                     gen_len=cfg.sol_gen_len, block_lengths=list(cfg.sol_block_lengths), out_dir=str(run / "sol"),
+                     precision=cfg.precision, progress_bar=cfg.progress_bar)
+    r = run_sol_eval(scfg, model, tok)
+    b_max = max(cfg.sol_block_lengths)
+    cat = r["summary"][r["summary"]["block_length"] == b_max]
+    return {"overall": r["overall"].to_dict(orient="records"), "by_category": cat.to_dict(orient="records"),
+            "wall_s": r["wall_s"], "block_length_max": b_max, "n_prompts": cfg.sol_prompts, "gen_len": cfg.sol_gen_len}
+
+
+def _sol_section(st: dict) -> list[str]:
+    cols = ["block_length", "blocks", "sol_acceptance", "sol_real_tpf", "greedy_acceptance", "greedy_success_rate",
+            "confidence_tpf", "sol_over_confidence", "forced_commits_per_block", "budget_hits_per_block", "token_acc"]
+    return ["## Speed of light (NLD §4, Table 4 / Fig. 7 analogue)", "",
+            f"{st['n_prompts']} held-out prompts, {st['gen_len']} tokens each, decoded block by block; the serial target "
+            "(k = 1) of each block is the sequence reproduced and becomes the next block's context. SOL = recursive "
+            "dynamic compaction (depth 1, 5000 simulation forwards per block); greedy = commit every argmax matching "
+            "the target (fails when nothing matches); confidence = τ = 0.9 on the same blocks. `token_acc` = the serial "
+            "target's agreement with the real continuation. Results in `sol/`.", "",
+            markdown_table(pd.DataFrame(st["overall"]), cols), "",
+            "![SOL vs B](sol/sol_vs_B.png)", "", f"Per category at B = {st['block_length_max']}:", "",
+            markdown_table(pd.DataFrame(st["by_category"]).sort_values("sol_acceptance"),
+                           ["category", "blocks", "sol_acceptance", "sol_real_tpf", "greedy_acceptance", "confidence_tpf"]),
+            "", "![SOL by category](sol/sol_by_category.png)", ""]
 
 
 def _headline(summary: pd.DataFrame) -> dict:
@@ -314,6 +352,8 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
         from .demo_sampler import sampler_section
 
         lines += sampler_section(metrics["sampler"], cfg.sampler_block_length)
+    if metrics.get("sol"):
+        lines += _sol_section(metrics["sol"])
     lines += ["## Files", "", "- `results.parquet`: one row per prompt × mode × policy × B × τ (metrics + text)",
               "- `summary.parquet`, `summary_by_category.parquet`: means", "- `metrics.json`: held-out losses, headline, timings",
               "- `config.json`: the resolved demo configuration", ""]
