@@ -46,7 +46,7 @@ class DemoConfig:
     """Run directory (created; an existing demo there is replaced)."""
     corpus: str = "stdlib"
     """Corpus: 'stdlib', a directory of source files, or a .txt / .jsonl file."""
-    n_prompts: int = 48
+    n_prompts: int = 32
     """Held-out code-continuation prompts."""
     prompt_len: int = 192
     """Maximum prompt length (tokens)."""
@@ -74,13 +74,13 @@ class DemoConfig:
     """Block length of the sampler stage (NLD Fig. 8 uses 32)."""
     sampler_epochs: int = 4
     """Sampler training epochs (early stopping on held-out AUC)."""
-    sampler_max_steps: int = 600
+    sampler_max_steps: int = 300
     """Cap on sampler optimiser steps."""
     sweep_trials: int = 6
     """Trials of the demo's Optuna threshold sweep (0 = skip)."""
     sol: bool = True
     """Run the speed-of-light analysis (NLD §4) on held-out prompts and add its table and figures."""
-    sol_prompts: int = 16
+    sol_prompts: int = 12
     """Held-out prompts of the SOL stage."""
     sol_gen_len: int = 64
     """Tokens reproduced per prompt in the SOL stage (a multiple of every block length)."""
