@@ -16,7 +16,7 @@ from .evaluation.harness import EvalConfig, evaluate_model, summarize
 from .report import fmt, markdown_table
 
 CONF_THRESHOLDS = [0.5, 0.7, 0.8, 0.9, 0.95, 0.99]
-SAMPLER_THRESHOLDS = [0.2, 0.4, 0.6, 0.8, 0.9, 0.97]
+SAMPLER_THRESHOLDS = [0.5, 0.8, 0.9, 0.97, 0.99, 0.998]
 
 
 def train_demo_samplers(store: str, block_length: int, run: Path, model_spec: str, epochs: int, max_steps: int,
@@ -35,8 +35,14 @@ def train_demo_samplers(store: str, block_length: int, run: Path, model_spec: st
         out[kind] = {"path": str(path), "best_val_auc": m["best_val_auc"], "auc_top1_prob": m.get("val/auc_top1_prob"),
                      "n_train_rows": m["n_train_rows"], "n_val_rows": m["n_val_rows"], "global_step": m["global_step"],
                      "wall_s": m["wall_s_this_run"],
-                     "parameters": json.loads((Path(path) / "sampler.json").read_text()).get("meta", {}).get("n_parameters")}
+                     "parameters": _n_params(path)}
     return out
+
+
+def _n_params(path) -> int:
+    from .sampler.network import count_parameters, load_sampler
+
+    return count_parameters(load_sampler(path)[0])
 
 
 def frontier_stage(model, tok, prompts, ecfg: EvalConfig, sampler_path: str, block_length: int, run: Path) -> dict:
