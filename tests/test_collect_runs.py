@@ -58,7 +58,8 @@ def _assert_same_arrays(a, b):
 
 def test_collect_resume_after_sigkill(tmp_path, micro_checkpoint, small_corpus):
     ref = tmp_path / "ref.zarr"
-    p = run_cli(*_args(micro_checkpoint, small_corpus, ref))
+    one = {"OMP_NUM_THREADS": "1"}  # the same command in the same environment (thread count changes float results)
+    p = run_cli(*_args(micro_checkpoint, small_corpus, ref), env=one)
     assert p.returncode == 0, p.stderr[-2000:]
     out = tmp_path / "killed.zarr"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WORKBENCH_TEST_ITEM_DELAY": "0.3"}
@@ -71,7 +72,7 @@ def test_collect_resume_after_sigkill(tmp_path, micro_checkpoint, small_corpus):
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         assert proc.returncode == -signal.SIGKILL, "the collection finished before the kill"
-    p = run_cli(*_args(micro_checkpoint, small_corpus, out))
+    p = run_cli(*_args(micro_checkpoint, small_corpus, out), env=one)
     assert p.returncode == 0, p.stderr[-2000:]
     _assert_same_arrays(ref, out)
     verify_store(out)
@@ -79,7 +80,7 @@ def test_collect_resume_after_sigkill(tmp_path, micro_checkpoint, small_corpus):
 
 def test_two_rank_ddp_equals_single_process(tmp_path, micro_checkpoint, small_corpus):
     single, ddp = tmp_path / "single.zarr", tmp_path / "ddp.zarr"
-    p = run_cli(*_args(micro_checkpoint, small_corpus, single))
+    p = run_cli(*_args(micro_checkpoint, small_corpus, single), env={"OMP_NUM_THREADS": "1"})
     assert p.returncode == 0, p.stderr[-2000:]
     p = run_cli(*_args(micro_checkpoint, small_corpus, ddp, "--devices", "2", "--strategy", "ddp"),
                 env={"OMP_NUM_THREADS": "1"})

@@ -71,7 +71,7 @@ def token_pca(embeddings: torch.Tensor | np.ndarray, pca_dim: int = 44, seed: in
 
     e = embeddings.detach().float().cpu().numpy() if isinstance(embeddings, torch.Tensor) else np.asarray(embeddings, np.float32)
     k = min(pca_dim, e.shape[1], e.shape[0])
-    z = PCA(n_components=k, random_state=seed).fit_transform(e)
+    z = PCA(n_components=k, svd_solver="full", random_state=seed).fit_transform(e)
     out = np.zeros((e.shape[0], pca_dim), dtype=np.float16)
     out[:, :k] = z.astype(np.float16)
     return out
