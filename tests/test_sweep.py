@@ -51,3 +51,15 @@ def test_sweep_resumes_same_study_after_kill(tmp_path, micro_checkpoint, small_c
     # every non-Pareto trial is dominated by some Pareto trial
     for _, r in trials[~trials["pareto"]].iterrows():
         assert ((pareto["tpf"] >= r["tpf"]) & (pareto["agree_serial"] >= r["agree_serial"])).any()
+
+
+def test_confidence_threshold_range_validated():
+    import pytest
+
+    from workbench.tune.sweep import SweepConfig
+
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        SweepConfig(threshold_low=0.0, threshold_high=0.9).validate()
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        SweepConfig(threshold_low=0.5, threshold_high=1.5).validate()
+    SweepConfig(threshold_low=0.3, threshold_high=1.0).validate()

@@ -7,6 +7,7 @@ process), so the same file always lands in the same split on every machine and r
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sysconfig
@@ -141,11 +142,18 @@ def load_text_file(path: str | os.PathLike, fractions: tuple[int, int, int] = DE
     return docs
 
 
+@functools.lru_cache(maxsize=4)
+def _stdlib_documents(suffixes: tuple[str, ...]) -> tuple[Document, ...]:
+    """The interpreter's standard library read once per process (it cannot change while we run); the
+    demo's stages (evaluation, collection, sampler sweep, SOL) all start from it."""
+    return tuple(load_directory(stdlib_root(), suffixes))
+
+
 def load_corpus(source: str | None = None, suffixes: tuple[str, ...] = (".py",)) -> list[Document]:
     """Load a corpus by source: ``None`` or ``"stdlib"`` → the interpreter's standard library; an
     existing directory → its source files; a ``.txt`` / ``.jsonl`` file → its documents."""
     if source in (None, "", "stdlib"):
-        return load_directory(stdlib_root(), suffixes)
+        return list(_stdlib_documents(suffixes))
     p = Path(source)
     if p.is_dir():
         return load_directory(p, suffixes)

@@ -24,6 +24,7 @@ class DecodeResult:
         step_tokens: per row, the token ids committed at each forward (for the whitespace analysis).
         wall_time: seconds for the whole batch (all rows decoded in lockstep).
         model_calls: batched model forwards actually run (prefill excluded; KV-commit forwards included).
+        sampler_seconds, sampler_calls: time in and calls of a learned sampler (sampler policy only).
     """
 
     tokens: list[list[int]]
@@ -33,6 +34,8 @@ class DecodeResult:
     step_tokens: list[list[list[int]]] = field(default_factory=list)
     wall_time: float = 0.0
     model_calls: int = 0
+    sampler_seconds: float = 0.0
+    sampler_calls: int = 0
 
     def tpf(self, row: int) -> float:
         """Tokens per (denoising) forward of ``row``."""

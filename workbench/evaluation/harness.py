@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from ..corpus import by_split, load_corpus
 from ..decoding import DecodeResult, get_policy
-from ..decoding.base import DecodeError, check_threshold
+from ..decoding.base import DecodeError, check_lengths, check_threshold
 from ..tokenizer import is_byte_tokenizer
 from .metrics import agreement, ar_nll, first_line, nan_mean, repetition_rate, whitespace_ids, whitespace_share_multi
 from .prompts import Prompt, make_prompts
@@ -96,9 +96,8 @@ def decode_prompts(model, policy: str, prompts: list[Prompt], mode: str, bs: int
         res.step_tokens += r.step_tokens
         res.wall_time += r.wall_time
         res.model_calls += r.model_calls
-        for attr in ("sampler_seconds", "sampler_calls"):
-            if hasattr(r, attr):
-                setattr(res, attr, getattr(res, attr, 0) + getattr(r, attr))
+        res.sampler_seconds += r.sampler_seconds
+        res.sampler_calls += r.sampler_calls
     return res
 
 
@@ -168,8 +167,8 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
                 ar_nll=nll[i], repetition=repetition_rate(gen), real_repetition=repetition_rate(list(p.real)),
                 ws_share_multi=wsm, multi_tokens=n_multi,
                 real_ws_share=sum(x in ws for x in p.real) / len(p.real), tokens_per_s=tps, text=text,
-                sampler_s_per_step=getattr(res, "sampler_seconds", float("nan")) / max(1, getattr(res, "sampler_calls", 1)),
-                forward_s_per_step=(res.wall_time - getattr(res, "sampler_seconds", 0.0)) / max(1, res.model_calls)))
+                sampler_s_per_step=res.sampler_seconds / res.sampler_calls if res.sampler_calls else float("nan"),
+                forward_s_per_step=(res.wall_time - res.sampler_seconds) / max(1, res.model_calls)))
     return pd.DataFrame(rows)
 
 
@@ -201,13 +200,10 @@ def load_model(spec: str, device, add_mask_token: bool = False):
 
 
 def check_sweep_fits(model, block_lengths, prompt_len: int, gen_len: int) -> None:
-    """Raise :class:`DecodeError` if a block length or prompt + generation exceeds the model context."""
-    ctx = int(getattr(model.backbone.config, "max_position_embeddings", 1 << 30))
+    """Raise :class:`DecodeError` if a block length or prompt + generation exceeds the model context
+    (the decoders' own :func:`~workbench.decoding.base.check_lengths`, run once before the sweep)."""
     for b in block_lengths:
-        if b > ctx:
-            raise DecodeError(f"block length {b} is larger than the model context ({ctx} tokens)")
-    if prompt_len + gen_len > ctx:
-        raise DecodeError(f"prompt_len + gen_len = {prompt_len + gen_len} exceeds the model context ({ctx} tokens)")
+        check_lengths(model, [[0] * prompt_len], gen_len, b)
 
 
 def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFrame, pd.DataFrame, Path]:

@@ -145,11 +145,12 @@ class TriModeLMModule(pl.LightningModule):
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
         b = self.cfg.val_block_length
-        l_ar = ar_loss(self.model.causal_logits(batch), batch)
         g = _generator(self.cfg.seed, 10**9 + batch_idx, 2)
         noisy, masked, t = mask_blocks(batch.cpu(), b, self.model.mask_token_id, self.cfg.t_min, g)
         noisy, masked, t = noisy.to(batch.device), masked.to(batch.device), t.to(batch.device)
-        _, diff_logits = self.model.dual_stream_logits(batch, noisy, b)
+        # the clean half of the dual stream is the plain causal forward (tests/test_masks.py)
+        ar_logits, diff_logits = self.model.dual_stream_logits(batch, noisy, b)
+        l_ar = ar_loss(ar_logits, batch)
         l_diff = diffusion_loss(diff_logits, batch, masked, t)
         # unweighted masked-token cross-entropy: the easiest diffusion number to read
         ce = diffusion_loss(diff_logits, batch, masked, torch.ones_like(t))

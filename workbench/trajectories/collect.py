@@ -258,12 +258,11 @@ def store_attrs(cfg: CollectConfig, model, tok, categories: list[str]) -> dict:
 
 def run_collect(cfg: CollectConfig) -> dict:
     """Collect (or resume) a store; returns counts and timings per block length."""
-    from ..evaluation.harness import load_model, resolve_device
+    from ..evaluation.harness import load_model
     from .store import create_store
 
     cfg.validate()
     pl.seed_everything(cfg.seed, verbose=False)
-    device = resolve_device("cuda" if cfg.accelerator in ("gpu", "cuda") else "cpu" if cfg.accelerator == "cpu" else "auto")
     model, tok, _ = load_model(cfg.model, "cpu")
     docs = load_corpus(cfg.prompts) if cfg.prompts else by_split(load_corpus(cfg.corpus), cfg.split)
     b_max = max(cfg.block_lengths)
@@ -288,7 +287,6 @@ def run_collect(cfg: CollectConfig) -> dict:
     trainer.predict(CollectModule(model, cfg.policy, cfg.threshold, pad, cfg.precision),
                     datamodule=CollectData(items, writer), return_predictions=False)
     wall = time.perf_counter() - t0
-    del device
     return {"rank": trainer.global_rank, "wall_s": wall, "write_s": writer.seconds,
             "trajectories": n_traj, "rows_written_this_run": writer.rows_written,
             "rows_written_total_this_run": sum(writer.rows_written.values())}

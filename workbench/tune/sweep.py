@@ -73,7 +73,7 @@ class SweepConfig:
             raise ValueError(f"unknown accuracy objective {self.accuracy!r}; valid: {', '.join(ACCURACY_METRICS)}")
         if not 0 <= self.threshold_low < self.threshold_high:
             raise ValueError("need 0 ≤ threshold_low < threshold_high")
-        if self.policy == "confidence" and not 0 < self.threshold_low and self.threshold_high <= 1:
+        if self.policy == "confidence" and not (0 < self.threshold_low and self.threshold_high <= 1):
             raise ValueError("confidence thresholds must lie in (0, 1]")
         if self.policy == "sampler" and not self.sampler:
             raise ValueError("--policy sampler needs --sampler <trained sampler directory>")
