@@ -15,6 +15,8 @@ commands:
   demo          the main job: evaluate the shipped tiny model (AR and diffusion) and write a report
   train lm      train a tri-mode LM (joint AR + block diffusion, NLD §2) with Lightning
   train sampler train the confidence sampler (NLD App. A) on a trajectory store
+  train lora    train a LoRA drafter on the diffusion pathway with the LK-hybrid + CE loss (NLD §3.3)
+  train deer    DEER two-stage alignment of a diffusion drafter to an AR target (--stage 1|2)
   evaluate      code-continuation evaluation of a checkpoint under several decoding policies
   decode        decode one prompt with a policy and print the continuation
   collect       collect denoising trajectories into a Zarr store (Lightning predict loop)
@@ -23,6 +25,9 @@ commands:
   sol           speed-of-light analysis: serial target, greedy, recursive dynamic compaction (NLD §4)
   sweep         Optuna multi-objective threshold study (maximise TPF and accuracy), Pareto front
   sweep sampler Optuna study of sampler training hyper-parameters (val AUC, with pruning)
+  speculate     linear / quadratic self-speculation decoding evaluation (NLD §3.3, App. C)
+  drafter       LoRA drafter evaluation: with/without adapter, loss-variant ablation
+  deer          DEER teacher data and DEER speculative decoding evaluation (deer.txt §3)
 
 run 'workbench <command> --help' for the options of a command."""
 
@@ -45,21 +50,18 @@ def parse_dataclass(prog: str, cls, argv: list[str]):
     return cls(**{k: v for k, v in d.items() if k in names})
 
 
+#: ``workbench train <kind>``: module whose ``main(argv) -> int`` trains that kind of model.
+TRAIN_KINDS = {"lm": "workbench.train.lm", "sampler": "workbench.sampler.train",
+               "lora": "workbench.drafter.train", "deer": "workbench.deer.train"}
+
+
 def _cmd_train(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("lm", "sampler"):
-        print("usage: workbench train lm|sampler --config <yaml> [options]", file=sys.stderr)
+    if not argv or argv[0] not in TRAIN_KINDS:
+        print(f"usage: workbench train {'|'.join(TRAIN_KINDS)} --config <yaml> [options]", file=sys.stderr)
         return 2
-    if argv[0] == "sampler":
-        from .sampler.train import main as sampler_main
+    import importlib
 
-        return sampler_main(argv[1:])
-    if argv[0] == "lm":
-        from .train.lm import LMTrainConfig, train_lm
-
-        cfg = parse_dataclass("workbench train lm", LMTrainConfig, argv[1:])
-        out = train_lm(cfg)
-        print(f"model saved to {out}")
-    return 0
+    return int(importlib.import_module(TRAIN_KINDS[argv[0]]).main(argv[1:]) or 0)
 
 
 def _cmd_store(argv: list[str]) -> int:
@@ -82,6 +84,15 @@ def _cmd_sol(argv: list[str]) -> int:
     from .sol import run
 
     return run.main(argv)
+
+
+def _module_main(module: str):
+    """A command that imports ``module`` only when run and calls its ``main(argv) -> int``."""
+    def run(argv: list[str]) -> int:
+        import importlib
+
+        return int(importlib.import_module(module).main(argv) or 0)
+    return run
 
 
 def _cmd_collect(argv: list[str]) -> int:
@@ -110,7 +121,9 @@ def _commands():
     from .evaluation import harness
 
     return {"train": _cmd_train, "demo": demo.main, "evaluate": harness.main, "decode": decode_cli.main,
-            "collect": _cmd_collect, "store": _cmd_store, "sweep": _cmd_sweep, "sol": _cmd_sol}
+            "collect": _cmd_collect, "store": _cmd_store, "sweep": _cmd_sweep, "sol": _cmd_sol,
+            "speculate": _module_main("workbench.speculative.cli"), "drafter": _module_main("workbench.drafter.cli"),
+            "deer": _module_main("workbench.deer.cli")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -235,3 +235,12 @@ def _to_yaml(d: dict) -> str:
 
 
 __all__ = ["LMTrainConfig", "TriModeLMModule", "train_lm", "build_model", "RunDirError"]
+
+
+def main(argv: list[str]) -> int:
+    """``workbench train lm --config <yaml> [--field value ...]``."""
+    from ..cli import parse_dataclass
+
+    cfg = parse_dataclass("workbench train lm", LMTrainConfig, argv)
+    print(f"model saved to {train_lm(cfg)}")
+    return 0

@@ -1,0 +1,49 @@
+"""Acceptance rules: greedy verification and the speculative-sampling rule (DEER Eq. 5–6)."""
+import pytest
+import torch
+
+from workbench.speculative import greedy_accept, speculative_accept
+
+
+def test_greedy_accept_longest_prefix_then_verifier_token():
+    v = torch.full((3, 4, 5), -5.0)
+    # verifier argmax per slot: row0 = [1, 2, 3, 4], row1 = [0, 0, 0, 0], row2 = [1, 2, 3, 2]
+    for r, arg in enumerate([[1, 2, 3, 4], [0, 0, 0, 0], [1, 2, 3, 2]]):
+        for j, a in enumerate(arg):
+            v[r, j, a] = 5.0
+    draft = torch.tensor([[1, 2, 0], [1, 0, 0], [1, 2, 3]])
+    res = greedy_accept(draft, v)
+    assert res.accepted.tolist() == [2, 0, 3]
+    assert res.next_token.tolist() == [3, 0, 2]          # correction, correction, bonus
+    assert res.emitted(draft) == [[1, 2, 3], [0], [1, 2, 3, 2]]
+
+
+def test_shapes_are_checked():
+    with pytest.raises(ValueError, match="k \\+ 1"):
+        greedy_accept(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, 5))
+
+
+def _first_token_hist(p, q, trials=200_000, seed=0):
+    """Empirical distribution of the first emitted token with k = 1 draft drawn from q."""
+    g = torch.Generator().manual_seed(seed)
+    qn = torch.tensor(q).expand(trials, 1, -1)
+    pn = torch.tensor(p).expand(trials, 2, -1)
+    draft = torch.multinomial(qn[:, 0], 1, generator=g)
+    res = speculative_accept(draft, qn, pn, generator=g)
+    first = torch.where(res.accepted > 0, draft[:, 0], res.next_token)
+    return torch.bincount(first, minlength=len(p)).double() / trials, res
+
+
+def test_speculative_rule_matches_target_distribution():
+    p, q = [0.5, 0.3, 0.2], [0.1, 0.1, 0.8]
+    hist, res = _first_token_hist(p, q)
+    assert torch.allclose(hist, torch.tensor(p, dtype=torch.double), atol=0.005)
+    # acceptance probability = sum_x min(p, q) = 0.1 + 0.1 + 0.2
+    assert abs(res.accepted.double().mean().item() - 0.4) < 0.005
+
+
+def test_speculative_rule_identical_distributions_always_accept():
+    p = [0.25, 0.25, 0.5]
+    hist, res = _first_token_hist(p, p, trials=20_000)
+    assert bool((res.accepted == 1).all())
+    assert torch.allclose(hist, torch.tensor(p, dtype=torch.double), atol=0.02)
