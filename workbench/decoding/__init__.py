@@ -36,6 +36,34 @@ def _sampler(model, prompts, gen_len, block_length: int, threshold: float = 0.5,
     return sampler_decode(model, prompts, gen_len, block_length, threshold=threshold, sampler=sampler, **kw)
 
 
+def _deer(model, prompts, gen_len, drafter=None, **kw) -> DecodeResult:
+    from ..deer.decode import deer_policy
+
+    return deer_policy(model, prompts, gen_len, drafter=drafter, **kw)
+
+
+def _ss_draft_length(kw: dict) -> int:
+    """Self-speculation draft length k: ``draft_length`` if given, else the harness's ``block_length``
+    (NLD sweeps self-speculation by its block length), else 8."""
+    kw.pop("threshold", None)
+    k = kw.pop("draft_length", None)
+    return int(k if k is not None else kw.get("block_length") or 8)
+
+
+def _ss_linear(model, prompts, gen_len, **kw) -> DecodeResult:
+    from ..speculative.linear import linear_self_speculation
+
+    k = _ss_draft_length(kw)
+    return linear_self_speculation(model, prompts, gen_len, draft_length=k, **kw)
+
+
+def _ss_quadratic(model, prompts, gen_len, **kw) -> DecodeResult:
+    from ..speculative.quadratic import quadratic_self_speculation
+
+    k = _ss_draft_length(kw)
+    return quadratic_self_speculation(model, prompts, gen_len, draft_length=k, **kw)
+
+
 #: Registered decoding policies: name → ``decode(model, prompts, gen_len, **options) -> DecodeResult``.
 POLICIES: dict[str, Callable[..., DecodeResult]] = {
     "ar_greedy": _ar_greedy,
@@ -43,6 +71,9 @@ POLICIES: dict[str, Callable[..., DecodeResult]] = {
     "confidence": _confidence,
     "serial": _serial,
     "sampler": _sampler,
+    "ss_linear": _ss_linear,
+    "ss_quadratic": _ss_quadratic,
+    "deer": _deer,
 }
 
 

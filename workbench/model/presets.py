@@ -4,6 +4,8 @@
 * ``tiny``: the embedded CPU model shipped in the repository (head size 64: at head size 32 the
   attention kernel dominated a CPU training step).
 * ``small``: a GPU preset.
+* ``deer_drafter``: the separate small diffusion drafter of DEER (deer.txt §3) for the ``tiny`` target
+  (d = 128, 3 layers, head size 64: about 1/8 of the target's parameters).
 """
 from __future__ import annotations
 
@@ -21,12 +23,14 @@ _PRESETS = {
                  num_key_value_heads=4, max_position_embeddings=1024),
     "small": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
                   num_key_value_heads=12, max_position_embeddings=2048),
+    "deer_drafter": dict(hidden_size=128, intermediate_size=352, num_hidden_layers=3, num_attention_heads=2,
+                         num_key_value_heads=2, max_position_embeddings=1024),
 }
 PRESETS = tuple(_PRESETS)
 
 
 def preset_config(name: str, vocab_size: int = BYTE_MODEL_VOCAB) -> LlamaConfig:
-    """The ``LlamaConfig`` of preset ``name`` (``micro``, ``tiny`` or ``small``).
+    """The ``LlamaConfig`` of preset ``name`` (``micro``, ``tiny``, ``small`` or ``deer_drafter``).
 
     Raises ``ValueError`` listing the valid presets for an unknown name.
     """

@@ -1,0 +1,64 @@
+"""The drafter's one forward: a causal chunk of verified tokens followed by a bidirectional draft block.
+
+DEER's drafter conditions on the verified prefix and proposes a whole block in one step (deer.txt §3.2,
+Alg. 1 line 3); its training input is ``[prefix, SEP, x_t]`` (§3.1.1). Both use the same attention
+pattern, consistent with the TriModeLM's block diffusion (NLD §3.2): clean tokens are causal, the block
+``[SEP, m_1..m_k]`` sees every valid clean token and itself bidirectionally. One forward serves both:
+
+* training: no cache, ``chunk`` = the whole (left-padded) clean context;
+* decoding: ``chunk`` = the tokens verified since the last cycle, appended to the drafter's KV cache,
+  and the block, cropped off the cache again (so the cache holds only verified tokens).
+
+``key_valid`` False marks keys never attended (left padding, right padding of a ragged chunk or block);
+position ids count valid keys only, so holes do not shift positions.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from ..model.masks import cached_allowed, to_additive
+
+
+def block_draft_allowed(key_valid: torch.Tensor, chunk_len: int, block_len: int) -> torch.Tensor:
+    """Visibility of ``chunk_len`` causal queries followed by ``block_len`` bidirectional block queries.
+
+    Args:
+        key_valid: ``(batch, cache_len + chunk_len + block_len)`` bool, False at keys never attended.
+        chunk_len: clean tokens appended causally (may be 0).
+        block_len: draft block length (SEP + masks).
+
+    Returns ``(batch, chunk_len + block_len, cache_len + chunk_len + block_len)`` bool: a chunk query sees
+    valid keys up to itself; a block query sees every valid key (cache, chunk and block). Every query
+    sees itself, so no row is fully blocked.
+    """
+    q = chunk_len + block_len
+    allowed = cached_allowed(key_valid, q, causal=True)
+    allowed[:, chunk_len:, :] = key_valid[:, None, :]
+    diag = torch.arange(q, device=key_valid.device)
+    allowed[:, diag, key_valid.shape[1] - q + diag] = True
+    return allowed
+
+
+def draft_block_logits(drafter, chunk: torch.Tensor, block: torch.Tensor, key_valid: torch.Tensor,
+                       cache: DynamicCache | None = None) -> torch.Tensor:
+    """Diffusion logits of a draft block after a causal chunk, in one forward of ``drafter`` (a TriModeLM).
+
+    Args:
+        chunk: ``(batch, w)`` clean ids appended causally (``w`` may be 0).
+        block: ``(batch, b)`` block ids (``[SEP, mask, ...]`` at decoding; ``[SEP, x_t]`` in training).
+        key_valid: ``(batch, cache_len + w + b)`` bool.
+        cache: the drafter's KV cache of the clean prefix, or ``None`` (training, no cache). On return it
+            holds the old prefix plus the chunk; the block is cropped off.
+
+    Returns ``(batch, b, vocab)``: logits at block position ``j`` predict the token at ``j`` (no shift).
+    """
+    ids = torch.cat([chunk, block], dim=1)
+    w, b = chunk.shape[1], block.shape[1]
+    pos = (key_valid.long().cumsum(dim=1) - 1).clamp_min(0)[:, -(w + b):]
+    mask = to_additive(block_draft_allowed(key_valid, w, b), drafter.mask_dtype)
+    out = drafter.backbone(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache,
+                           use_cache=cache is not None)
+    if cache is not None:
+        cache.crop(-b)
+    return out.logits[:, w:]

@@ -1,0 +1,132 @@
+"""Teacher data for DEER training: read the Parquet chunks, split train / validation, batch rows.
+
+The validation split is chosen per prompt by ``crc32(prompt_id) % 100 < val_percent``; training draws rows
+pseudo-randomly (row ``i`` of the stream is a pure function of ``(seed, i)``), so a resumed run continues
+the same stream.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader, Dataset
+
+from .teacher import SIDECAR
+
+
+@dataclass
+class TeacherRows:
+    """Teacher answers in memory: parallel lists (``prompt`` and ``answer`` are token-id lists)."""
+
+    prompt_id: list[int]
+    category: list[str]
+    prompt: list[list[int]]
+    answer: list[list[int]]
+    settings: dict
+
+    def __len__(self) -> int:
+        return len(self.prompt_id)
+
+    def subset(self, idx: list[int]) -> "TeacherRows":
+        return TeacherRows([self.prompt_id[i] for i in idx], [self.category[i] for i in idx],
+                           [self.prompt[i] for i in idx], [self.answer[i] for i in idx], self.settings)
+
+
+def load_teacher(path: str | Path) -> TeacherRows:
+    """Read a teacher directory written by :func:`~workbench.deer.teacher.generate_teacher`.
+
+    Raises ``FileNotFoundError`` when ``path`` has no ``teacher.json`` and ``ValueError`` when the data is
+    incomplete (the generation was interrupted: rerun ``workbench deer teacher`` to finish it).
+    """
+    p = Path(path)
+    side_path = p / SIDECAR
+    if not side_path.is_file():
+        raise FileNotFoundError(f"{p} holds no teacher data ({SIDECAR} missing); run `workbench deer teacher` first")
+    side = json.loads(side_path.read_text())
+    if not side.get("complete"):
+        raise ValueError(f"teacher data in {p} is incomplete; rerun `workbench deer teacher` with the same settings")
+    cols: dict[str, list] = {"prompt_id": [], "category": [], "prompt": [], "answer": []}
+    for name in side["chunks"]:
+        t = pq.read_table(p / name, columns=list(cols))
+        for k in cols:
+            cols[k] += t.column(k).to_pylist()
+    return TeacherRows(cols["prompt_id"], cols["category"], cols["prompt"], cols["answer"], side["settings"])
+
+
+def split_rows(rows: TeacherRows, val_percent: int) -> tuple[TeacherRows, TeacherRows]:
+    """(train, validation) by ``crc32(str(prompt_id)) % 100 < val_percent``. Raises ``ValueError`` on an
+    empty side."""
+    is_val = [zlib.crc32(str(i).encode()) % 100 < val_percent for i in rows.prompt_id]
+    tr = rows.subset([i for i, v in enumerate(is_val) if not v])
+    va = rows.subset([i for i, v in enumerate(is_val) if v])
+    if len(tr) == 0 or len(va) == 0:
+        raise ValueError(f"teacher data of {len(rows)} answers gives an empty train or validation split at "
+                         f"val_percent={val_percent}; generate more answers")
+    return tr, va
+
+
+class RandomRows(Dataset):
+    """``length − start`` rows of ``rows`` drawn pseudo-randomly; item ``i`` is row ``rng(seed, start + i)``."""
+
+    def __init__(self, rows: TeacherRows, length: int, seed: int, start: int = 0):
+        self.rows, self.seed, self.start = rows, seed, start
+        self.length = max(0, length - start)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> tuple[list[int], list[int]]:
+        j = int(np.random.default_rng((self.seed, self.start + i)).integers(len(self.rows)))
+        return self.rows.prompt[j], self.rows.answer[j]
+
+
+class FixedRows(Dataset):
+    """Every row of ``rows`` in order (validation)."""
+
+    def __init__(self, rows: TeacherRows):
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> tuple[list[int], list[int]]:
+        return self.rows.prompt[i], self.rows.answer[i]
+
+
+def collate_rows(items: list[tuple[list[int], list[int]]]) -> dict:
+    """Batch of rows → ``{"prompt": [...], "answer": [...]}`` (ragged lists; padding happens per stage)."""
+    return {"prompt": [p for p, _ in items], "answer": [a for _, a in items]}
+
+
+class TeacherDataModule(pl.LightningDataModule):
+    """Random training rows and fixed validation rows of a teacher directory.
+
+    Args:
+        teacher: teacher directory. batch_size: rows per step. train_rows: virtual epoch length in rows.
+        val_percent: share of prompts held out. val_rows: at most this many validation rows. seed: data seed.
+    """
+
+    def __init__(self, teacher: str, batch_size: int, train_rows: int, val_percent: int = 5, val_rows: int = 128,
+                 seed: int = 0):
+        super().__init__()
+        self.teacher, self.batch_size, self.train_rows = teacher, batch_size, train_rows
+        self.val_percent, self.val_rows, self.seed = val_percent, val_rows, seed
+        self.train = self.val = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train is None:
+            tr, va = split_rows(load_teacher(self.teacher), self.val_percent)
+            self.train, self.val = tr, va.subset(list(range(min(len(va), self.val_rows))))
+
+    def train_dataloader(self) -> DataLoader:
+        step = self.trainer.global_step if self.trainer is not None else 0
+        ds = RandomRows(self.train, self.train_rows, self.seed, start=step * self.batch_size)
+        return DataLoader(ds, batch_size=self.batch_size, shuffle=False, collate_fn=collate_rows, drop_last=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(FixedRows(self.val), batch_size=self.batch_size, shuffle=False, collate_fn=collate_rows)

@@ -1,0 +1,109 @@
+"""The two models of DEER (deer.txt §3): an AR **target** and a separate, smaller diffusion **drafter**.
+
+* target: any causal LM loaded as a :class:`~workbench.model.trimode.TriModeLM` and used in AR mode only
+  (``builtin:tiny`` by default, or a ``save_pretrained`` checkpoint directory);
+* drafter: a :class:`~workbench.model.trimode.TriModeLM` built fresh from a small preset
+  (``deer_drafter`` by default) with the target's tokenizer, or loaded from any tri-mode checkpoint.
+
+Drafter and target must share one tokenizer: draft token ids are fed to the target unchanged, so
+:func:`check_shared_tokenizer` compares the full vocabularies (token → id) and the special ids.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
+
+from ..model.presets import PRESETS, preset_config
+from ..model.trimode import TriModeLM
+from ..tokenizer import TokenizerError
+
+#: Special tokens whose ids must agree between drafter and target.
+SPECIALS = ("mask_token_id", "sep_token_id", "eos_token_id", "pad_token_id")
+
+
+class TokenizerMismatchError(TokenizerError):
+    """Drafter and target tokenizers differ (vocabulary ids or special tokens)."""
+
+
+def check_shared_tokenizer(target_tok: PreTrainedTokenizerBase, drafter_tok: PreTrainedTokenizerBase) -> None:
+    """Raise :class:`TokenizerMismatchError` (one line) unless both tokenizers map every token to the same
+    id and agree on the mask, separator, end-of-sequence and padding ids; also raise it when the shared
+    tokenizer has no mask or separator token (DEER needs both, deer.txt §3.1)."""
+    tv, dv = target_tok.get_vocab(), drafter_tok.get_vocab()
+    if len(tv) != len(dv):
+        raise TokenizerMismatchError(f"drafter and target tokenizers differ: {len(dv)} tokens in the drafter, "
+                                     f"{len(tv)} in the target; the drafter must use the target's tokenizer")
+    for tok, i in sorted(tv.items(), key=lambda kv: kv[1]):
+        if dv.get(tok) != i:
+            raise TokenizerMismatchError(f"drafter and target tokenizers differ: token {tok!r} has id {i} in the "
+                                         f"target and {dv.get(tok)} in the drafter")
+    for name in SPECIALS:
+        a, b = getattr(target_tok, name), getattr(drafter_tok, name)
+        if a != b:
+            raise TokenizerMismatchError(f"drafter and target tokenizers differ: {name} is {a} in the target and "
+                                         f"{b} in the drafter")
+    for name in ("mask_token_id", "sep_token_id"):
+        if getattr(drafter_tok, name) is None:
+            raise TokenizerMismatchError(f"the shared tokenizer has no {name[:-9]} token; DEER needs [MASK] and [SEP]")
+
+
+def count_parameters(model: TriModeLM) -> int:
+    """Number of distinct parameters of ``model`` (tied embeddings counted once)."""
+    return sum(p.numel() for p in model.backbone.parameters())
+
+
+def load_target(spec: str, device: str | torch.device = "cpu") -> tuple[TriModeLM, PreTrainedTokenizerBase]:
+    """Load the AR target (``'builtin:tiny'`` or a checkpoint directory) in eval mode.
+
+    Raises :class:`~workbench.model.io.CheckpointError` / ``FileNotFoundError`` for a bad path and
+    :class:`~workbench.tokenizer.TokenizerError` when its tokenizer has no mask token.
+    """
+    from ..evaluation.harness import load_model
+
+    model, tok, _ = load_model(spec, device)
+    model.eval()
+    return model, tok
+
+
+def build_drafter(target: TriModeLM, target_tok: PreTrainedTokenizerBase, preset: str = "deer_drafter",
+                  drafter_init: str | None = None, seed: int = 0) -> tuple[TriModeLM, PreTrainedTokenizerBase]:
+    """The drafter: fresh from ``preset`` (vocabulary size and specials of the target) or loaded from the
+    tri-mode checkpoint ``drafter_init``.
+
+    Args:
+        target: the AR target (only its vocabulary size is read).
+        target_tok: the target's tokenizer; a fresh drafter reuses it.
+        preset: model preset of a fresh drafter (see :mod:`workbench.model.presets`).
+        drafter_init: optional checkpoint directory to start from instead.
+        seed: initialisation seed of a fresh drafter.
+
+    Returns ``(drafter, tokenizer)``.
+
+    Raises:
+        ValueError: unknown preset.
+        TokenizerMismatchError: ``drafter_init``'s tokenizer differs from the target's.
+        CheckpointError: ``drafter_init`` is not a checkpoint directory.
+    """
+    if drafter_init:
+        from ..model.io import load_checkpoint
+
+        drafter, tok, _ = load_checkpoint(drafter_init, device=target.device)
+        check_shared_tokenizer(target_tok, tok)
+        return drafter, tok
+    if preset not in PRESETS:
+        raise ValueError(f"unknown drafter preset {preset!r}; valid: {', '.join(PRESETS)}")
+    check_shared_tokenizer(target_tok, target_tok)          # needs [MASK] and [SEP]
+    cfg = preset_config(preset, vocab_size=target.backbone.get_input_embeddings().num_embeddings)
+    cfg.pad_token_id, cfg.eos_token_id = target_tok.pad_token_id, target_tok.eos_token_id
+    torch.manual_seed(seed)
+    backbone = LlamaForCausalLM(cfg).to(target.device)
+    return TriModeLM(backbone, int(target_tok.mask_token_id)), target_tok
+
+
+def check_vocab_sizes(target: TriModeLM, drafter: TriModeLM) -> None:
+    """Raise :class:`TokenizerMismatchError` if the two models' output vocabularies differ in size
+    (draft distributions ``q`` and target distributions ``p`` must live on the same ids, Eq. 5)."""
+    vt = target.backbone.get_output_embeddings().out_features
+    vd = drafter.backbone.get_output_embeddings().out_features
+    if vt != vd:
+        raise TokenizerMismatchError(f"drafter vocabulary ({vd} logits) differs from the target's ({vt} logits)")

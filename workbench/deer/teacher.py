@@ -1,0 +1,196 @@
+"""``workbench deer teacher``: the AR target answers corpus prompts; DEER's distillation data (deer.txt §3.1).
+
+Prompts come from the corpus **train** split (the test split is held out for evaluation) through
+:func:`~workbench.evaluation.prompts.make_prompts` (prompt ≤ ``prompt_len`` tokens ending at a line
+boundary). The target continues each for ``gen_len`` tokens with :func:`~workbench.decoding.ar.ar_decode`
+(batched, KV cache; greedy or sampled).
+
+On-disk layout of ``out_dir``:
+
+* ``chunk-00000.parquet``, ...: ``chunk_size`` answers each; columns ``prompt_id``, ``path``, ``category``,
+  ``prompt`` (list of ids), ``answer`` (list of ids); the generation settings are in each file's
+  schema metadata (key ``deer_teacher``);
+* ``teacher.json``: the same settings, the answer count and the chunk list (the sidecar).
+
+Resumable: every chunk is written to ``.partial`` and renamed; a rerun with the same settings keeps the
+complete chunks and generates the rest, and a rerun with a larger ``n_answers`` extends the data (the
+prompt list is a stable prefix in ``n_answers``; each batch's sampling seed depends only on its position).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..corpus import by_split, load_corpus
+from ..decoding.ar import ar_decode
+from ..evaluation.prompts import Prompt, make_prompts
+from ..tokenizer import is_byte_tokenizer
+from ..utils import prepare_run_dir
+
+SIDECAR = "teacher.json"
+META_KEY = b"deer_teacher"
+#: Settings that must match for a rerun to reuse existing chunks.
+SETTINGS = ("target", "corpus", "split", "prompt_len", "gen_len", "temperature", "seed", "chunk_size", "per_file",
+            "batch_size", "precision")
+
+
+@dataclass
+class TeacherConfig:
+    """Teacher answers of the AR target for DEER alignment (deer.txt §3.1)."""
+
+    target: str = "builtin:tiny"
+    """AR target: 'builtin:tiny' or a checkpoint directory."""
+    corpus: str = "stdlib"
+    """Corpus: 'stdlib', a directory of source files, or a .txt / .jsonl file."""
+    split: str = "train"
+    """Corpus split of the prompts: 'train' or 'validation' (never the held-out 'test')."""
+    n_answers: int = 2048
+    """Number of answers (prompts)."""
+    prompt_len: int = 128
+    """Maximum prompt length in tokens."""
+    gen_len: int = 128
+    """Answer length in tokens."""
+    temperature: float = 0.0
+    """0: AR greedy; > 0: sampling at this temperature."""
+    seed: int = 0
+    """Sampling seed (each batch's seed depends only on this seed, its chunk and its offset)."""
+    per_file: int = 16
+    """At most this many prompts per corpus file (distinct cut points)."""
+    batch_size: int = 64
+    """Prompts generated together (must divide chunk_size)."""
+    chunk_size: int = 256
+    """Answers per Parquet file (the resume granule)."""
+    precision: str = "fp32"
+    """'fp32' or 'bf16' (autocast)."""
+    device: str = "auto"
+    """'cpu', 'cuda' or 'auto'."""
+    out_dir: str = "runs/deer/teacher"
+    """Output directory (chunks + teacher.json)."""
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` with a one-line reason for an inconsistent configuration."""
+        if self.split not in ("train", "validation"):
+            raise ValueError(f"teacher prompts must come from 'train' or 'validation', not {self.split!r} "
+                             "(the test split is held out for evaluation)")
+        for name in ("n_answers", "prompt_len", "gen_len", "batch_size", "chunk_size", "per_file"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.chunk_size % self.batch_size:
+            raise ValueError(f"batch_size {self.batch_size} must divide chunk_size {self.chunk_size}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+
+    def settings(self) -> dict:
+        """The generation settings recorded with the data (and compared on resume)."""
+        d = asdict(self)
+        return {k: d[k] for k in SETTINGS}
+
+
+def teacher_prompts(cfg: TeacherConfig, tokenizer) -> list[Prompt]:
+    """The first ``cfg.n_answers`` prompts of the split (a stable prefix: more answers extend the list)."""
+    docs = by_split(load_corpus(cfg.corpus), cfg.split)
+    tok = None if is_byte_tokenizer(tokenizer) else tokenizer
+    return make_prompts(docs, cfg.n_answers, cfg.prompt_len, cfg.gen_len, tok, per_file=cfg.per_file)
+
+
+def _chunk_path(out: Path, i: int) -> Path:
+    return out / f"chunk-{i:05d}.parquet"
+
+
+def _rows(path: Path) -> int:
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception:  # noqa: BLE001 - an unreadable chunk is regenerated
+        return -1
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".partial")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _check_resume(out: Path, settings: dict) -> None:
+    side = out / SIDECAR
+    if not side.exists():
+        return
+    old = json.loads(side.read_text()).get("settings", {})
+    diff = [f"{k}: {old.get(k)!r} vs {v!r}" for k, v in settings.items() if old.get(k) != v]
+    if diff:
+        raise ValueError(f"{out} holds teacher data generated with other settings ({'; '.join(diff)}); "
+                         "choose another --out_dir")
+
+
+def generate_chunk(model, prompts: list[Prompt], cfg: TeacherConfig, chunk_index: int, pad_id: int) -> pa.Table:
+    """Answers of one chunk of prompts as an Arrow table (AR decoding in batches of ``cfg.batch_size``)."""
+    answers: list[list[int]] = []
+    for b in range(0, len(prompts), cfg.batch_size):
+        batch = [list(p.prompt) for p in prompts[b:b + cfg.batch_size]]
+        res = ar_decode(model, batch, cfg.gen_len, temperature=cfg.temperature, pad_id=pad_id,
+                        precision=cfg.precision, seed=cfg.seed + chunk_index * 1009 + b)
+        answers += res.tokens
+    meta = {META_KEY: json.dumps(cfg.settings()).encode()}
+    return pa.table({"prompt_id": [p.prompt_id for p in prompts], "path": [p.path for p in prompts],
+                     "category": [p.category for p in prompts],
+                     "prompt": pa.array([list(p.prompt) for p in prompts], type=pa.list_(pa.int32())),
+                     "answer": pa.array(answers, type=pa.list_(pa.int32()))}).replace_schema_metadata(meta)
+
+
+def generate_teacher(cfg: TeacherConfig, model=None, tokenizer=None,
+                     on_chunk: Callable[[int], None] | None = None) -> Path:
+    """Generate (or resume) the teacher data; returns ``cfg.out_dir``.
+
+    Args:
+        cfg: settings. model, tokenizer: the loaded target (loaded from ``cfg.target`` when ``None``).
+        on_chunk: called with the chunk index after each chunk is written (progress; tests interrupt here).
+
+    Raises ``ValueError`` for a bad config or an ``out_dir`` holding data of other settings,
+    :class:`~workbench.corpus.CorpusError` when the split has too few long files.
+    """
+    cfg.validate()
+    out = prepare_run_dir(cfg.out_dir)
+    settings = cfg.settings()
+    _check_resume(out, settings)
+    if model is None:
+        from ..evaluation.harness import resolve_device
+        from .models import load_target
+
+        model, tokenizer = load_target(cfg.target, resolve_device(cfg.device))
+    prompts = teacher_prompts(cfg, tokenizer)
+    n = len(prompts)
+    n_chunks = (n + cfg.chunk_size - 1) // cfg.chunk_size
+    side = {"settings": settings, "n_answers": n, "complete": False,
+            "chunks": [_chunk_path(out, i).name for i in range(n_chunks)]}
+    _write_json(out / SIDECAR, side)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    for i in range(n_chunks):
+        part = prompts[i * cfg.chunk_size:(i + 1) * cfg.chunk_size]
+        path = _chunk_path(out, i)
+        if _rows(path) == len(part):
+            continue
+        table = generate_chunk(model, part, cfg, i, pad)
+        tmp = path.with_suffix(".parquet.partial")
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+        if on_chunk is not None:
+            on_chunk(i)
+    side["complete"] = True
+    _write_json(out / SIDECAR, side)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """``workbench deer teacher --config <yaml> [--field value ...]``."""
+    from ..cli import parse_dataclass
+
+    cfg = parse_dataclass("workbench deer teacher", TeacherConfig, argv)
+    out = generate_teacher(cfg)
+    side = json.loads((out / SIDECAR).read_text())
+    print(f"teacher data: {side['n_answers']} answers in {len(side['chunks'])} chunks under {out}")
+    return 0

@@ -1,0 +1,173 @@
+"""``workbench train deer --stage 1|2 --config <yaml>``: DEER two-stage alignment of a diffusion drafter
+(deer.txt §3.1) on teacher answers of the AR target (``workbench deer teacher``).
+
+Stage 1 starts from a fresh ``drafter_preset`` model (or ``drafter_init``); stage 2 starts from the stage-1
+drafter (``drafter_init`` is required). Run directory ``out_dir``: ``config.yaml`` (resolved config),
+``logs/version_{k}/metrics.csv`` (CSV logs, one version per start or resume), ``checkpoints/last.ckpt``
+(resume point), ``metrics.json`` and the final drafter in ``drafter/`` (a :func:`~workbench.model.io.
+save_checkpoint` directory loadable with ``load_checkpoint``). A rerun with the same ``out_dir`` resumes.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger
+
+from ..model.io import save_checkpoint
+from ..model.presets import PRESETS
+from ..utils import prepare_run_dir
+from .data import TeacherDataModule, load_teacher
+from .masking import NOISE, SPANS
+from .models import build_drafter, count_parameters, load_target
+from .module import DeerModule
+
+
+@dataclass
+class DeerTrainConfig:
+    """One stage of DEER alignment (deer.txt §3.1): Stage I AR-style distillation or Stage II refinement."""
+
+    stage: int = 1
+    """1: AR-style distillation (Eq. 1–2); 2: Scribe refinement (Eq. 3–4), starting from the stage-1 drafter."""
+    teacher: str = "runs/deer/teacher"
+    """Teacher directory written by `workbench deer teacher`."""
+    target: str | None = None
+    """AR target whose tokenizer the drafter shares (default: the teacher data's target)."""
+    drafter_preset: str = "deer_drafter"
+    """Preset of a fresh stage-1 drafter."""
+    drafter_init: str | None = None
+    """Start from this tri-mode checkpoint (required in stage 2: the stage-1 `drafter/` directory)."""
+    out_dir: str = "runs/deer/stage1"
+    """Run directory: config, CSV logs, checkpoints, metrics.json and the drafter in `drafter/`."""
+    batch_size: int = 16
+    """Teacher rows per optimiser step."""
+    max_steps: int = 1000
+    """Optimiser steps of this stage."""
+    lr: float = 1e-3
+    """Peak AdamW learning rate."""
+    min_lr_ratio: float = 0.1
+    """Cosine decay floor as a fraction of lr."""
+    warmup_steps: int = 50
+    """Linear warm-up steps."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (matrices only)."""
+    grad_clip: float = 1.0
+    """Gradient-norm clip."""
+    alpha: float = 1.01
+    """Stage II weight base α of w_i = α^(R−i) (Eq. 3)."""
+    r_max: int = 96
+    """Stage II span length R ~ U{1..r_max} (§3.1.2)."""
+    noise: str = "uniform"
+    """Noise level t: 'uniform' (t ~ U(t_min, 1], Eq. 1 / 4) or 'full' (t = 1)."""
+    t_min: float = 1e-3
+    """Lower end of t."""
+    max_context: int | None = 320
+    """Context tokens (prompt + answer prefix) kept before SEP (the most recent); null keeps all."""
+    val_percent: int = 5
+    """Percent of teacher prompts held out for validation."""
+    val_rows: int = 128
+    """At most this many validation rows."""
+    val_every: int = 100
+    """Validate every this many optimiser steps."""
+    val_draft_length: int = 16
+    """Block length k of the simulated greedy acceptance (val/accept_len)."""
+    checkpoint_every: int = 100
+    """Write checkpoints/last.ckpt every this many steps."""
+    precision: str = "32-true"
+    """Lightning precision ('32-true' or 'bf16-mixed')."""
+    accelerator: str = "auto"
+    """Lightning accelerator ('cpu', 'gpu', 'auto')."""
+    resume: bool = True
+    """Resume from out_dir/checkpoints/last.ckpt when it exists."""
+    seed: int = 0
+    """Seed of initialisation, data order and noise."""
+    max_time: str | None = None
+    """Optional wall-clock limit 'DD:HH:MM:SS' (stops cleanly; resumable)."""
+    progress_bar: bool = True
+    """Show Lightning's progress bar."""
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` with a one-line reason for an inconsistent configuration."""
+        if self.stage not in SPANS:
+            raise ValueError(f"unknown DEER stage {self.stage!r}; valid: {', '.join(map(str, SPANS))}")
+        if self.stage == 2 and not self.drafter_init:
+            raise ValueError("stage 2 starts from the stage-1 drafter: set drafter_init to its drafter/ directory")
+        if self.drafter_init is None and self.drafter_preset not in PRESETS:
+            raise ValueError(f"unknown drafter preset {self.drafter_preset!r}; valid: {', '.join(PRESETS)}")
+        if self.noise not in NOISE:
+            raise ValueError(f"unknown DEER noise {self.noise!r}; valid: {', '.join(NOISE)}")
+        if self.alpha <= 0 or self.r_max <= 0 or not 0 < self.t_min <= 1:
+            raise ValueError("alpha and r_max must be positive and t_min in (0, 1]")
+        if self.batch_size <= 0 or self.max_steps <= 0 or self.val_draft_length <= 0:
+            raise ValueError("batch_size, max_steps and val_draft_length must be positive")
+        if not 0 < self.val_percent < 100:
+            raise ValueError(f"val_percent must be in (0, 100), got {self.val_percent}")
+
+
+def train_deer(cfg: DeerTrainConfig) -> Path:
+    """Run (or resume) one DEER stage; returns the saved drafter directory ``out_dir/drafter``.
+
+    Raises ``ValueError`` for a bad config or incomplete teacher data, ``FileNotFoundError`` for missing
+    teacher data, :class:`~workbench.deer.models.TokenizerMismatchError` when ``drafter_init`` does not
+    share the target's tokenizer, :class:`~workbench.utils.RunDirError` for an unwritable run directory.
+    """
+    import yaml
+
+    cfg.validate()
+    settings = load_teacher(cfg.teacher).settings
+    target_spec = cfg.target or settings["target"]
+    out = prepare_run_dir(cfg.out_dir)
+    (out / "config.yaml").write_text(yaml.safe_dump({**asdict(cfg), "target": target_spec}, sort_keys=False))
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    target, tok = load_target(target_spec)
+    drafter, _ = build_drafter(target, tok, cfg.drafter_preset, cfg.drafter_init, cfg.seed)
+    drafter.train()
+    module = DeerModule(drafter, cfg.stage, int(tok.sep_token_id), int(tok.pad_token_id), alpha=cfg.alpha,
+                        r_max=cfg.r_max, noise=cfg.noise, t_min=cfg.t_min, max_context=cfg.max_context,
+                        val_draft_length=cfg.val_draft_length, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                        warmup_steps=cfg.warmup_steps, max_steps=cfg.max_steps, min_lr_ratio=cfg.min_lr_ratio,
+                        seed=cfg.seed)
+    data = TeacherDataModule(cfg.teacher, cfg.batch_size, cfg.max_steps * cfg.batch_size, cfg.val_percent,
+                             cfg.val_rows, cfg.seed)
+    ckpt_dir = out / "checkpoints"
+    ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=cfg.checkpoint_every,
+                           save_top_k=0, save_on_train_epoch_end=False)
+    trainer = pl.Trainer(max_steps=cfg.max_steps, accelerator=cfg.accelerator, devices=1, precision=cfg.precision,
+                         gradient_clip_val=cfg.grad_clip, val_check_interval=min(cfg.val_every, cfg.max_steps),
+                         check_val_every_n_epoch=None, logger=CSVLogger(out, name="logs"), callbacks=[ckpt],
+                         enable_progress_bar=cfg.progress_bar, log_every_n_steps=10, max_time=cfg.max_time,
+                         num_sanity_val_steps=0, enable_model_summary=False)
+    last = ckpt_dir / "last.ckpt"
+    t0 = time.time()
+    trainer.fit(module, datamodule=data, ckpt_path=str(last) if cfg.resume and last.exists() else None)
+    wall = time.time() - t0
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    meta = {"deer_stage": cfg.stage, "preset": None if cfg.drafter_init else cfg.drafter_preset,
+            "init_from": cfg.drafter_init, "target": target_spec, "teacher": cfg.teacher,
+            "teacher_settings": settings, "train_config": asdict(cfg), "global_step": trainer.global_step,
+            "parameters": count_parameters(drafter), "final_metrics": metrics}
+    drafter.eval()
+    tmp = out / "drafter.partial"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    save_checkpoint(drafter, tok, tmp, meta)
+    if (out / "drafter").exists():
+        shutil.rmtree(out / "drafter")
+    tmp.rename(out / "drafter")
+    (out / "metrics.json").write_text(json.dumps({"global_step": trainer.global_step, "wall_s_this_run": wall,
+                                                  "parameters": count_parameters(drafter), **metrics}, indent=2) + "\n")
+    return out / "drafter"
+
+
+def main(argv: list[str]) -> int:
+    """``workbench train deer --stage 1|2 --config <yaml> [--field value ...]``."""
+    from ..cli import parse_dataclass
+
+    cfg = parse_dataclass("workbench train deer", DeerTrainConfig, argv)
+    print(f"drafter saved to {train_deer(cfg)}")
+    return 0
