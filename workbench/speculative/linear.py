@@ -1,0 +1,97 @@
+"""Linear self-speculation (NLD §3.3, Fig. 5c): diffusion drafts, AR verifies, two forwards per cycle.
+
+One cycle, for a verified prefix ``x_1..x_n`` in the KV cache and the last verified token ``x_{n+1}``
+not yet cached (see :mod:`workbench.speculative.context`):
+
+1. **draft** (diffusion mode, LoRA adapter on if present): block ``[x_{n+1}, m_1..m_k]`` over the
+   cached prefix; the logits at the ``k`` masks are the draft distributions ``q_1..q_k`` of positions
+   ``n+2..n+k+1``; draft ``d = argmax q`` (temperature 0) or ``d_j ~ q_j = softmax(z_j / T)``;
+2. **verify** (AR mode, adapter off): one causal forward over ``[x_{n+1}, d_1..d_k]`` appended to the
+   cache gives ``k + 1`` next-token distributions; :func:`~workbench.speculative.greedy_accept` /
+   :func:`~workbench.speculative.speculative_accept` accept ``a`` drafts plus one verifier token.
+
+The cache keeps ``x_{n+1}, d_1..d_a``; rejected drafts are punched out of the key validity. The
+verifier's token becomes the next ``x_{n+1}``. Greedy output equals AR greedy decoding (lossless);
+sampled output is distributed as AR sampling at the same temperature.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..decoding.base import DecodeError, DecodeResult
+from .adapter import verifier_mode
+from .context import SpecContext
+from .driver import Tally, masked_draft_logits, pick_draft, run_speculation, verify
+
+
+def draft_forward(model, ctx: SpecContext, k: int) -> torch.Tensor:
+    """Diffusion draft logits ``(N, k, V)`` (float, [MASK] forbidden) for the ``k`` positions after
+    ``ctx.last``: one :meth:`~workbench.model.trimode.TriModeLM.diffusion_logits` call over the block
+    ``[last, m_1..m_k]``; the cache is left unchanged. Runs with whatever adapter state is active."""
+    n = ctx.last.shape[0]
+    masks = torch.full((n, k), model.mask_token_id, dtype=torch.long, device=ctx.last.device)
+    block = torch.cat([ctx.last[:, None], masks], dim=1)
+    logits = model.diffusion_logits(block, ctx.cache, ctx.with_new(k + 1))
+    return masked_draft_logits(logits[:, 1:], model.mask_token_id)
+
+
+class LinearSpeculator:
+    """Draft-then-verify cycles of linear self-speculation (see the module docstring)."""
+
+    def __init__(self, model, k: int, temperature: float, generator: torch.Generator):
+        self.model, self.k, self.temperature, self.generator = model, k, temperature, generator
+
+    def start(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> None:
+        """Nothing to prepare: every cycle drafts afresh."""
+
+    def cycle(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> list[list[int]]:
+        m, k = self.model, self.k
+        draft, q = pick_draft(draft_forward(m, ctx, k), self.temperature, self.generator)
+        tally.count(active)
+        seq = torch.cat([ctx.last[:, None], draft], dim=1)
+        with verifier_mode(m):
+            ver = m.extend(seq, ctx.cache, ctx.with_new(k + 1)).float()          # (N, k + 1, V)
+        tally.count(active, extra=True)
+        res = verify(draft, q, ver, self.temperature, self.generator)
+        slots = torch.arange(k + 1, device=draft.device)[None, :]
+        ctx.commit(slots <= res.accepted[:, None], res.next_token, active)    # keep x_{n+1}, d_1..d_a
+        return res.emitted(draft)
+
+
+def linear_self_speculation(model, prompts: list[list[int]], gen_len: int, draft_length: int = 8,
+                            temperature: float = 0.0, precision: str = "fp32", seed: int = 0, pad_id: int = 0,
+                            real_continuation: list[list[int]] | None = None,
+                            block_length: int | None = None) -> DecodeResult:
+    """Linear self-speculation decoding (NLD §3.3), batched over prompts of any lengths.
+
+    Args:
+        model: a :class:`~workbench.model.trimode.TriModeLM`; its backbone may be a peft ``PeftModel``
+            (LoRA drafter): drafts run with the adapter, prefix cache and verification without it.
+        prompts: N prompts of token ids (left-padded internally with ``pad_id``, never attended).
+        gen_len: tokens emitted per prompt (the last cycle is truncated).
+        draft_length: k, draft tokens per cycle (each cycle emits 1..k + 1 tokens).
+        temperature: 0 → greedy acceptance (output = AR greedy); > 0 → speculative sampling with
+            ``q = softmax(draft_logits / T)`` and ``p = softmax(verifier_logits / T)``.
+        precision: 'fp32' or 'bf16' (autocast). seed: RNG seed of the draft sampling and acceptance.
+        real_continuation: real-context mode: after every ``block_length`` emitted tokens the context is
+            reset to the real continuation ``(N, gen_len)`` (as :func:`~workbench.decoding.ar.ar_decode`
+            does), so τ is measured on real text. ``None`` → free-running.
+        block_length: segment length of the real-context mode (must divide ``gen_len``); ignored otherwise.
+
+    Returns a :class:`~workbench.decoding.base.DecodeResult`: ``forwards`` = draft forwards,
+    ``extra_forwards`` = verify forwards (one each per cycle a row takes part in),
+    ``committed_per_step`` = tokens emitted per cycle (accepted + 1, last cycle truncated; sums to
+    ``gen_len``), ``step_tokens`` = those tokens, ``model_calls`` = batched forwards (prefill excluded,
+    real-context resets included).
+
+    Raises :class:`~workbench.decoding.base.DecodeError` for ``draft_length < 1``, a negative
+    temperature or lengths that do not fit the model context.
+    """
+    if draft_length < 1:
+        raise DecodeError(f"draft length must be ≥ 1, got {draft_length}")
+    if temperature < 0:
+        raise DecodeError(f"temperature must be ≥ 0, got {temperature}")
+    gen = torch.Generator(device=model.device).manual_seed(seed)
+    spec = LinearSpeculator(model, draft_length, temperature, gen)
+    return run_speculation(model, spec, prompts, gen_len, draft_length + 1, real_continuation, block_length,
+                           pad_id, precision)
