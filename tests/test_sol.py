@@ -57,6 +57,44 @@ def test_greedy_fails_compaction_succeeds():
     assert full["sol_forwards"] == 2 and not full["greedy_success"] and full["serial_forwards"] == 3
 
 
+@pytest.mark.parametrize("speculative", [False, True])
+def test_speculative_checks_same_path_on_hand_built_case(speculative):
+    fn = table_model(CASE)
+    t = torch.tensor([1, 2, 3])
+    b = Budget(5000)
+    res, n = drive(compaction(torch.full((3,), M), t, M, 1, b, speculative=speculative), fn)
+    assert [c for c, _ in res.path] == [[0], [1, 2]] and res.forwards == 2 and b.spent == 1
+    assert n == 3   # 2 compaction forwards + 1 simulation forward (only the full set {0, 2} is a candidate)
+
+
+def random_model(seed: int, vocab: int = 3):
+    """A deterministic pseudo-random 'model': (top, conf) drawn from a hash of the state, so many
+    safety checks fail part-way and budgets run out in the middle of a check."""
+    import zlib
+
+    def fn(s):
+        g = torch.Generator().manual_seed(zlib.crc32(bytes(str(s.tolist()), "ascii")) + seed)
+        return torch.randint(1, vocab + 1, s.shape, generator=g), torch.rand(s.shape, generator=g)
+    return fn
+
+
+@pytest.mark.parametrize("budget", [0, 2, 4, 5000])
+def test_speculative_checks_identical_to_sequential(budget):
+    keys = ("greedy_forwards", "greedy_success", "sol_forwards", "forced_commits", "budget_hits", "sim_forwards",
+            "sol_path", "confidence_forwards")
+    hits = 0
+    for seed in range(40):
+        fn = random_model(seed)
+        seq, n_seq = drive(solve_block(6, M, 1, budget, 0.5, speculative=False), fn)
+        spec, n_spec = drive(solve_block(6, M, 1, budget, 0.5, speculative=True), fn)
+        assert torch.equal(seq["target"], spec["target"])
+        assert all(seq[k] == spec[k] for k in keys), seed
+        assert n_spec >= n_seq      # speculation runs more forwards, never fewer
+        hits += seq["budget_hits"]
+    if 0 < budget < 5000:
+        assert hits > 0             # the small budgets really run out part-way
+
+
 def test_budget_exhaustion_counts_as_unsafe():
     fn = table_model(CASE)
     t = torch.tensor([1, 2, 3])
@@ -122,10 +160,14 @@ def test_invariants_on_micro_models(models):
                     _replay(model, prompts[r["prompt_index"]], [], r)
 
 
-def test_batched_equals_one_block_at_a_time(models):
+@pytest.mark.parametrize("budget", [2, 7, 100])
+def test_batched_equals_one_block_at_a_time(models, budget):
+    """Batched lockstep with speculative safety checks == one state per forward with sequential checks,
+    including budget hits part-way through a check (small budgets)."""
     prompts = [list(range(10, 40)), list(range(50, 62)), [5, 6, 7, 8, 9, 10]]
-    a = run_sol(models[1], prompts, 8, 2, pad_id=0, budget=100, max_rows=256)
-    b = run_sol(models[1], prompts, 8, 2, pad_id=0, budget=100, max_rows=1)
+    a = run_sol(models[1], prompts, 8, 2, pad_id=0, budget=budget, max_rows=256)
+    b = run_sol(models[1], prompts, 8, 2, pad_id=0, budget=budget, max_rows=1)
+    assert a[0]["sol_forwards"] >= 1
     keys = ("greedy_forwards", "greedy_success", "sol_forwards", "forced_commits", "budget_hits", "sim_forwards",
             "confidence_forwards", "sol_path")
     for x, y in zip(a, b):

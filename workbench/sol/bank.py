@@ -10,15 +10,40 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from ..decoding.base import autocast_for, left_pad
 
 
+class _PreallocatedLayer(DynamicLayer):
+    """Cache layer over a preallocated ``(R, heads, L + room, head_dim)`` buffer whose first ``L`` columns
+    hold the prefix: :meth:`update` writes the new tokens into the free columns in place instead of
+    concatenating (a full copy of the prefix per forward with :class:`DynamicLayer`)."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
+        super().__init__()
+        self._buf_k, self._buf_v = keys, values
+        self.keys, self.values = keys[:, :, :length], values[:, :, :length]
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        n, q = self.keys.shape[-2], key_states.shape[-2]
+        if n + q > self._buf_k.shape[-2]:
+            return super().update(key_states, value_states, *args, **kwargs)
+        self._buf_k[:, :, n:n + q] = key_states
+        self._buf_v[:, :, n:n + q] = value_states
+        self.keys, self.values = self._buf_k[:, :, :n + q], self._buf_v[:, :, :n + q]
+        return self.keys, self.values
+
+
 class PrefixBank:
-    """Prefix KV of ``prompts`` (prefilled in chunks of ``batch`` prompts)."""
+    """Prefix KV of ``prompts`` (prefilled in chunks of ``batch`` prompts).
+
+    ``room`` (tokens, ≥ the block length) free key/value columns follow the ``P0 + extra_cols`` columns of
+    every row, so a gathered cache takes a forward's tokens in place without a concatenation copy."""
 
     def __init__(self, model, prompts: list[list[int]], extra_cols: int, pad_id: int, precision: str = "fp32",
-                 batch: int = 32):
+                 batch: int = 32, room: int = 32):
         self.model, self.precision = model, precision
         ids, valid = left_pad(prompts, pad_id, model.device)
         n, self.p0 = ids.shape
@@ -33,17 +58,19 @@ class PrefixBank:
                 model.extend(ids[s:s + batch], cache, valid[s:s + batch])
                 for i, layer in enumerate(cache.layers):
                     if s == 0:
-                        shape = (n, *layer.keys.shape[1:2], total, layer.keys.shape[-1])
+                        shape = (n, *layer.keys.shape[1:2], total + room, layer.keys.shape[-1])
                         self.k.append(torch.zeros(shape, dtype=layer.keys.dtype, device=model.device))
                         self.v.append(torch.zeros(shape, dtype=layer.values.dtype, device=model.device))
                     self.k[i][s:s + batch, :, :self.p0] = layer.keys
                     self.v[i][s:s + batch, :, :self.p0] = layer.values
 
     def cache_for(self, rows: torch.Tensor) -> tuple[DynamicCache, torch.Tensor]:
-        """A fresh cache holding the prefixes of ``rows`` ``(R,)`` (rows may repeat) and their validity."""
+        """A fresh cache holding the prefixes of ``rows`` ``(R,)`` (rows may repeat) and their validity
+        ``(R, cols)``; the next forward's tokens (up to ``room``) are written in place after them."""
         cache = self.model.new_cache()
-        for i in range(len(self.k)):
-            cache.update(self.k[i][rows], self.v[i][rows], i)
+        cols = self.valid.shape[1]
+        for i, (k, v) in enumerate(zip(self.k, self.v)):
+            cache.layers[i] = _PreallocatedLayer(k.index_select(0, rows), v.index_select(0, rows), cols)
         return cache, self.valid[rows]
 
     @torch.no_grad()

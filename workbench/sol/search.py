@@ -84,12 +84,14 @@ class CompactionResult:
     path: list = field(default_factory=list)   # per iteration: (committed positions, forced?)
 
 
-def compaction(s: torch.Tensor, t: torch.Tensor, mask_id: int, depth: int, budget: Budget, top_level: bool = True):
+def compaction(s: torch.Tensor, t: torch.Tensor, mask_id: int, depth: int, budget: Budget, top_level: bool = True,
+               speculative: bool = False):
     """Recursive dynamic compaction from state ``s`` towards ``t`` (see module docstring).
 
     At the top level every forward is counted in ``forwards`` (the SOL cost) and forced commits are
     allowed; inside a safety check (``top_level=False``) forwards are simulation forwards drawn from
-    ``budget`` and a state without a match makes the check fail."""
+    ``budget`` and a state without a match makes the check fail. ``speculative``: see
+    :func:`_largest_safe_prefix` (same results, fewer rounds, more forwards)."""
     res = CompactionResult(success=True)
     while bool((s == mask_id).any()):
         if not top_level and not budget.take():
@@ -116,24 +118,52 @@ def compaction(s: torch.Tensor, t: torch.Tensor, mask_id: int, depth: int, budge
             c[ranked[:k]] = t[ranked[:k]]
             return c
 
-        n = len(ranked)
-        k = 1
-        if n > 1:
-            full = yield from _safe(cand(n), t, mask_id, depth, budget)
-            if full:
-                k = n
-            else:
-                lo, hi = 1, n - 1
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    if (yield from _safe(cand(mid), t, mask_id, depth, budget)):
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                k = lo
+        k = yield from _largest_safe_prefix(cand, len(ranked), t, mask_id, depth, budget, speculative)
         s = cand(k)
         res.path.append((ranked[:k].tolist(), False))
     return res
+
+
+def _largest_safe_prefix(cand, n: int, t: torch.Tensor, mask_id: int, depth: int, budget: Budget,
+                         speculative: bool):
+    """Largest ``k`` in ``1..n`` whose candidate state ``cand(k)`` is safe: the full set first, then a
+    binary search over ``2..n-1`` (``k = 1`` is taken as safe).
+
+    ``speculative`` (depth 1 only): the greedy checks of *every* candidate the search could visit run in
+    lockstep (one round per simulation step instead of one check after another), each capped at the
+    budget left; the binary search is then replayed on their outcomes, charging the budget exactly as the
+    sequential checks would. Results, budget hits and simulation forwards are identical; the extra
+    forwards of unvisited candidates buy a much shorter chain of rounds for the batched scheduler."""
+    if n == 1:
+        return 1
+    if speculative and depth <= 1:
+        ks = [n, *range(2, n)]
+        cap = budget.left
+        outcomes = yield from parallel(*(greedy(cand(k), t, mask_id, Budget(cap)) for k in ks))
+        rollout = dict(zip(ks, outcomes))
+
+        def check(k: int) -> bool:
+            ok, f = rollout[k]
+            if ok is None or f > budget.left:          # the sequential check would run out of budget
+                budget.spent += budget.left
+                budget.left = 0
+                budget.hits += 1
+                return False
+            budget.left -= f
+            budget.spent += f
+            return ok is True
+    else:
+        check = None
+    if (check(n) if check else (yield from _safe(cand(n), t, mask_id, depth, budget))):
+        return n
+    lo, hi = 1, n - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if check(mid) if check else (yield from _safe(cand(mid), t, mask_id, depth, budget)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _safe(c: torch.Tensor, t: torch.Tensor, mask_id: int, depth: int, budget: Budget):
@@ -159,15 +189,43 @@ def confidence(block_length: int, mask_id: int, threshold: float):
     return f, s
 
 
-def solve_block(block_length: int, mask_id: int, depth: int = 1, budget: int = 5000, threshold: float = 0.9):
+def parallel(*procedures):
+    """Run several procedures in lockstep: each round yields the concatenation of their pending states
+    and hands every procedure its own slice of the results. Returns their return values in order.
+
+    Procedures that do not depend on each other (serial target and confidence policy; greedy and
+    compaction once ``t`` is known) then share forwards, which shortens a block's chain of rounds
+    without changing any result."""
+    values: list = [None] * len(procedures)
+    pending: dict[int, list] = {}
+    for i, proc in enumerate(procedures):
+        try:
+            pending[i] = next(proc)
+        except StopIteration as stop:
+            values[i] = stop.value
+    while pending:
+        results = yield [s for i in sorted(pending) for s in pending[i]]
+        offset, nxt = 0, {}
+        for i in sorted(pending):
+            n = len(pending[i])
+            try:
+                nxt[i] = procedures[i].send(results[offset:offset + n])
+            except StopIteration as stop:
+                values[i] = stop.value
+            offset += n
+        pending = nxt
+    return values
+
+
+def solve_block(block_length: int, mask_id: int, depth: int = 1, budget: int = 5000, threshold: float = 0.9,
+                speculative: bool = False):
     """Everything SOL measures on one block; returns a dict (forwards of serial / greedy / SOL /
     confidence, greedy success, forced commits, budget hits, simulation forwards, the serial target)."""
-    t = yield from serial(block_length, mask_id)
+    t, (c_f, c_out) = yield from parallel(serial(block_length, mask_id), confidence(block_length, mask_id, threshold))
     empty = torch.full((block_length,), mask_id, dtype=torch.long)
-    g_ok, g_f = yield from greedy(empty, t, mask_id)
     b = Budget(budget)
-    sol = yield from compaction(empty, t, mask_id, depth, b)
-    c_f, c_out = yield from confidence(block_length, mask_id, threshold)
+    (g_ok, g_f), sol = yield from parallel(greedy(empty, t, mask_id), compaction(empty, t, mask_id, depth, b,
+                                                                                speculative=speculative))
     return {"target": t, "serial_forwards": block_length, "greedy_forwards": g_f, "greedy_success": bool(g_ok),
             "sol_forwards": sol.forwards, "forced_commits": sol.forced, "budget_hits": b.hits,
             "sim_forwards": b.spent, "sol_path": sol.path, "confidence_forwards": c_f,
