@@ -165,7 +165,7 @@ def test_batched_equals_one_block_at_a_time(models, budget):
     """Batched lockstep with speculative safety checks == one state per forward with sequential checks,
     including budget hits part-way through a check (small budgets)."""
     prompts = [list(range(10, 40)), list(range(50, 62)), [5, 6, 7, 8, 9, 10]]
-    a = run_sol(models[1], prompts, 8, 2, pad_id=0, budget=budget, max_rows=256)
+    a = run_sol(models[1], prompts, 8, 2, pad_id=0, budget=budget, max_rows=256, speculative_checks=True)
     b = run_sol(models[1], prompts, 8, 2, pad_id=0, budget=budget, max_rows=1)
     assert a[0]["sol_forwards"] >= 1
     keys = ("greedy_forwards", "greedy_success", "sol_forwards", "forced_commits", "budget_hits", "sim_forwards",
