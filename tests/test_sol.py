@@ -173,3 +173,29 @@ def test_batched_equals_one_block_at_a_time(models, budget):
     for x, y in zip(a, b):
         assert torch.equal(x["target"], y["target"])
         assert all(x[k] == y[k] for k in keys)
+
+
+def test_sol_run_adds_linear_ss_columns(micro_checkpoint, small_corpus, tmp_path):
+    """SOL run dir: linear SS (k = B) on the same contexts, without and with a LoRA drafter."""
+    import pandas as pd
+    from peft import LoraConfig, get_peft_model
+
+    from workbench.model.io import load_checkpoint
+    from workbench.sol.run import SolConfig, run_sol_eval
+
+    model, _, _ = load_checkpoint(str(micro_checkpoint))
+    lora = get_peft_model(model.backbone, LoraConfig(r=4, lora_alpha=8, target_modules=["o_proj"],
+                                                     init_lora_weights=False))
+    lora.save_pretrained(tmp_path / "adapter")
+    out = tmp_path / "sol"
+    r = run_sol_eval(SolConfig(model=str(micro_checkpoint), corpus=str(small_corpus), n_prompts=3, gen_len=8,
+                               block_lengths=[4, 8], device="cpu", adapter=str(tmp_path / "adapter"),
+                               out_dir=str(out), progress_bar=False))
+    ov = r["overall"]
+    for col in ("linear_ss_acceptance", "linear_ss_lora_acceptance"):
+        assert ((ov[col] >= 1) & (ov[col] <= ov["block_length"] + 1)).all()
+    # one draft + one verify forward per cycle
+    assert (ov["linear_ss_real_tpf"] - ov["linear_ss_acceptance"] / 2).abs().max() < 1e-9
+    ss = pd.read_parquet(out / "linear_ss.parquet")
+    assert set(ss["drafter"]) == {"base", "lora"} and (ss["tokens"] == 8).all()
+    assert "linear_ss_acceptance" in r["summary"]

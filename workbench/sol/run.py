@@ -8,6 +8,11 @@ Writes to the run directory:
   (B ÷ SOL forwards, aggregated as total tokens ÷ total forwards), SOL real TPF (+1 KV-commit forward
   per block), greedy acceptance and success rate, confidence TPF, and the serial-target output's
   accuracy metrics (token accuracy vs the real continuation, first-line exact match, repetition);
+* ``linear_ss.parquet``: linear self-speculation (NLD §3.3, greedy, draft length k = B) on the *same*
+  contexts (each block of B tokens starts from the prompt + the serial targets of the earlier blocks):
+  per prompt, tokens, cycles and forwards, without and (``adapter``) with a LoRA drafter; the
+  summaries gain ``linear_ss_acceptance`` (τ, tokens per cycle) and ``linear_ss_real_tpf`` (two forwards
+  per cycle), and ``linear_ss_lora_*`` with an adapter (the NLD Fig. 7 comparison);
 * ``sol_by_category.png`` (Fig. 7 analogue) and ``sol_vs_B.png``; ``config.json``, ``summary.json``.
 """
 from __future__ import annotations
@@ -56,6 +61,10 @@ class SolConfig:
     """'fp32' or 'bf16'."""
     device: str = "auto"
     """'cpu', 'cuda' or 'auto'."""
+    linear_ss: bool = True
+    """Also measure linear self-speculation (draft length = B) on the same contexts."""
+    adapter: str | None = None
+    """Optional peft LoRA drafter directory: adds the linear SS with-adapter columns."""
     out_dir: str = "runs/sol"
     """Run directory."""
     progress_bar: bool = True
@@ -67,6 +76,8 @@ class SolConfig:
                 raise DecodeError(f"block length {b} must be positive and divide gen_len {self.gen_len}")
         if self.depth < 1 or self.budget < 0 or self.max_rows < 1:
             raise ValueError("need depth ≥ 1, budget ≥ 0 and max_rows ≥ 1")
+        if self.adapter and not (Path(self.adapter) / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"no peft adapter in {self.adapter} (adapter_config.json missing)")
 
 
 def summarize_blocks(blocks: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -91,6 +102,27 @@ def summarize_blocks(blocks: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return out
 
 
+def linear_ss_on_targets(model, prompts: list[list[int]], targets: list[list[int]], block_length: int, pad: int,
+                        precision: str) -> list[dict]:
+    """Greedy linear self-speculation with k = B whose context is reset to the serial targets every B
+    tokens (real-context mode), so it runs on the blocks SOL measured. One dict per prompt: ``tokens``,
+    ``cycles``, ``forwards``, ``extra_forwards``."""
+    from ..speculative.linear import linear_self_speculation
+
+    res = linear_self_speculation(model, prompts, len(targets[0]), draft_length=block_length, precision=precision,
+                                  pad_id=pad, real_continuation=targets, block_length=block_length)
+    return [{"tokens": len(res.tokens[i]), "cycles": len(res.committed_per_step[i]), "forwards": res.forwards[i],
+             "extra_forwards": res.extra_forwards[i]} for i in range(len(prompts))]
+
+
+def summarize_linear_ss(ss: pd.DataFrame, by: list[str], prefix: str) -> pd.DataFrame:
+    """τ = Σ tokens ÷ Σ cycles and real TPF = Σ tokens ÷ Σ (draft + verify forwards), per group."""
+    g = ss.groupby(by)
+    return pd.DataFrame({f"{prefix}_acceptance": g["tokens"].sum() / g["cycles"].sum(),
+                         f"{prefix}_real_tpf": g["tokens"].sum() / (g["forwards"].sum() + g["extra_forwards"].sum()),
+                         }).reset_index()
+
+
 def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
     """Run the analysis and write the run directory; returns the overall summary as records."""
     from ..corpus import by_split, load_corpus
@@ -105,7 +137,7 @@ def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
     enc = None if is_byte_tokenizer(tokenizer) else tokenizer
     prompts = make_prompts(by_split(load_corpus(cfg.corpus), cfg.split), cfg.n_prompts, cfg.prompt_len, cfg.gen_len, enc)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    rows, outputs = [], []
+    rows, outputs, ss_rows = [], [], []
     t0 = time.time()
     total = len(prompts) * sum(cfg.gen_len // b for b in cfg.block_lengths)
     bar = tqdm(total=total, desc="sol blocks", disable=not cfg.progress_bar)
@@ -122,8 +154,12 @@ def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
                          **{k: v for k, v in r.items() if k not in ("target", "sol_path", "prompt_index")},
                          "sol_iterations": len(r["sol_path"]),
                          "max_commit_per_iteration": max(len(c) for c, _ in r["sol_path"])})
+        targets = [[tok for r in recs if r["prompt_index"] == i for tok in r["target"].tolist()]
+                   for i in range(len(prompts))]
+        if cfg.linear_ss:
+            ss_rows += _linear_ss_rows(cfg, model, prompts, targets, b, pad)
         for i, p in enumerate(prompts):
-            target = [tok for r in recs if r["prompt_index"] == i for tok in r["target"].tolist()]
+            target = targets[i]
             text, real_text = tokenizer.decode(target), tokenizer.decode(list(p.real))
             outputs.append({"prompt_id": p.prompt_id, "category": p.category, "block_length": b,
                             "token_acc": float(np.mean(np.asarray(target) == np.asarray(p.real))),
@@ -138,6 +174,14 @@ def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
     acc_all = targets.groupby(["block_length"])[["token_acc", "first_line_exact", "repetition"]].mean().reset_index()
     summary = summarize_blocks(blocks, ["category", "block_length"]).merge(acc_cat, on=["category", "block_length"])
     overall = summarize_blocks(blocks, ["block_length"]).merge(acc_all, on=["block_length"])
+    if ss_rows:
+        ss = pd.DataFrame(ss_rows)
+        ss.to_parquet(out / "linear_ss.parquet", index=False)
+        for drafter, g in ss.groupby("drafter"):
+            prefix = "linear_ss" if drafter == "base" else "linear_ss_lora"
+            summary = summary.merge(summarize_linear_ss(g, ["category", "block_length"], prefix),
+                                    on=["category", "block_length"], how="left")
+            overall = overall.merge(summarize_linear_ss(g, ["block_length"], prefix), on=["block_length"], how="left")
     blocks.to_parquet(out / "blocks.parquet", index=False)
     targets.to_parquet(out / "serial_targets.parquet", index=False)
     summary.to_parquet(out / "summary.parquet", index=False)
@@ -149,6 +193,26 @@ def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
     return {"overall": overall, "summary": summary, "out_dir": out, "wall_s": time.time() - t0}
 
 
+def _linear_ss_rows(cfg: SolConfig, model, prompts, targets: list[list[int]], b: int, pad: int) -> list[dict]:
+    """Linear SS rows for block length ``b``: the base model, then (``cfg.adapter``) the LoRA drafter."""
+    from ..speculative.cli import attach_adapter
+
+    ids = [list(p.prompt) for p in prompts]
+    drafters = [("base", None)] + ([("lora", cfg.adapter)] if cfg.adapter else [])
+    out = []
+    for name, adapter in drafters:
+        if adapter:
+            attach_adapter(model, adapter)
+        try:
+            recs = linear_ss_on_targets(model, ids, targets, b, pad, cfg.precision)
+        finally:
+            if adapter:
+                model.backbone = model.backbone.unload()     # drop the LoRA layers again
+        out += [{"prompt_id": p.prompt_id, "category": p.category, "block_length": b, "drafter": name, **r}
+                for p, r in zip(prompts, recs)]
+    return out
+
+
 def plot_sol(summary: pd.DataFrame, overall: pd.DataFrame, out: Path) -> None:
     """``sol_vs_B.png`` (acceptance vs block length) and ``sol_by_category.png`` (Fig. 7 analogue at the largest B)."""
     import matplotlib
@@ -158,8 +222,11 @@ def plot_sol(summary: pd.DataFrame, overall: pd.DataFrame, out: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for col, label in [("sol_acceptance", "SOL (compaction)"), ("sol_real_tpf", "SOL real TPF"),
-                       ("greedy_acceptance", "greedy (successful blocks)"), ("confidence_tpf", "confidence τ")]:
-        ax.plot(overall["block_length"], overall[col], "-o", label=label)
+                       ("greedy_acceptance", "greedy (successful blocks)"), ("confidence_tpf", "confidence τ"),
+                       ("linear_ss_acceptance", "linear SS τ"), ("linear_ss_real_tpf", "linear SS real TPF"),
+                       ("linear_ss_lora_acceptance", "linear SS + LoRA τ")]:
+        if col in overall:
+            ax.plot(overall["block_length"], overall[col], "-o", label=label)
     ax.set_xlabel("block length B")
     ax.set_ylabel("tokens per forward")
     ax.set_xscale("log", base=2)
@@ -172,9 +239,13 @@ def plot_sol(summary: pd.DataFrame, overall: pd.DataFrame, out: Path) -> None:
     s = summary[summary["block_length"] == b].sort_values("sol_acceptance")
     x = np.arange(len(s))
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(s) + 2), 4))
-    for i, (col, label) in enumerate([("sol_acceptance", "SOL acceptance"), ("sol_real_tpf", "SOL real TPF"),
-                                      ("greedy_acceptance", "greedy"), ("confidence_tpf", "confidence")]):
-        ax.bar(x + (i - 1.5) * 0.2, s[col], width=0.2, label=label)
+    bars = [(c, lbl) for c, lbl in [("sol_acceptance", "SOL acceptance"), ("sol_real_tpf", "SOL real TPF"),
+                                    ("greedy_acceptance", "greedy"), ("confidence_tpf", "confidence"),
+                                    ("linear_ss_acceptance", "linear SS τ"), ("linear_ss_lora_acceptance", "linear SS + LoRA τ")]
+            if c in s]
+    w = 0.8 / len(bars)
+    for i, (col, label) in enumerate(bars):
+        ax.bar(x + (i - (len(bars) - 1) / 2) * w, s[col], width=w, label=label)
     ax.set_xticks(x)
     ax.set_xticklabels(s["category"], rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("tokens per forward")
@@ -193,7 +264,7 @@ def main(argv: list[str]) -> int:
     cfg = parse_dataclass("workbench sol", SolConfig, argv)
     r = run_sol_eval(cfg)
     cols = ["block_length", "sol_acceptance", "sol_real_tpf", "greedy_acceptance", "greedy_success_rate",
-            "confidence_tpf", "token_acc"]
-    print(r["overall"][cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+            "confidence_tpf", "linear_ss_acceptance", "linear_ss_real_tpf", "linear_ss_lora_acceptance", "token_acc"]
+    print(r["overall"][[c for c in cols if c in r["overall"]]].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     print(f"results: {r['out_dir']}/blocks.parquet ({r['wall_s']:.0f} s)")
     return 0
