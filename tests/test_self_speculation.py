@@ -12,6 +12,7 @@ import workbench.speculative.driver as driver
 from workbench.corpus import stdlib_root
 from workbench.decoding.ar import ar_decode
 from workbench.decoding.base import DecodeError
+from workbench.model.masks import to_additive
 from workbench.model.trimode import TriModeLM
 from workbench.speculative.adapter import verifier_mode
 from workbench.speculative.context import SpecContext
@@ -175,7 +176,6 @@ def test_quadratic_visibility_by_perturbation(micro_model):
 
     def fwd(x):
         with torch.no_grad():
-            from workbench.model.masks import to_additive
             return micro_model.backbone(input_ids=x[None], position_ids=pos, attention_mask=to_additive(allowed)).logits[0]
 
     base = fwd(ids)

@@ -1,0 +1,152 @@
+"""``workbench speculate``: evaluate a checkpoint (optionally with a LoRA drafter adapter) with AR greedy,
+linear and quadratic self-speculation on held-out prompts (NLD §3.3, App. C).
+
+Writes to the run directory (built in ``<out_dir>.partial`` and renamed at the end):
+``results.parquet`` (one row per mode × method × prompt, see
+:func:`~workbench.speculative.evaluate.evaluate_speculation`), ``summary.parquet`` (per mode × method ×
+category plus ``category = 'all'``), ``summary.json`` and the resolved ``config.json``.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..decoding.base import DecodeError
+
+
+@dataclass
+class SpeculateConfig:
+    """Self-speculation evaluation: AR greedy vs linear and quadratic self-speculation (NLD §3.3, App. C)."""
+
+    model: str = "builtin:tiny"
+    """Checkpoint directory or 'builtin:tiny'."""
+    adapter: str | None = None
+    """Optional peft LoRA drafter directory (PeftModel.from_pretrained on the backbone)."""
+    corpus: str = "stdlib"
+    """Corpus of the held-out prompts."""
+    split: str = "test"
+    """Corpus split of the prompts."""
+    n_prompts: int = 16
+    """Prompts (at most one per file, spread over categories)."""
+    prompt_len: int = 192
+    """Maximum prompt length (tokens)."""
+    gen_len: int = 128
+    """Tokens generated per prompt."""
+    draft_lengths: list[int] = field(default_factory=lambda: [4, 8, 16])
+    """Draft lengths k of linear self-speculation."""
+    quadratic_draft_lengths: list[int] = field(default_factory=lambda: [4])
+    """Draft lengths k of quadratic self-speculation (a forward holds (k+1)(k+2) tokens); [] skips it."""
+    ensemble_lambdas: list[float] = field(default_factory=lambda: [1.0])
+    """λ of the quadratic AR–diffusion ensemble verifier (1 = pure AR, lossless)."""
+    temperature: float = 0.0
+    """0 = greedy acceptance; > 0 = speculative sampling at this temperature."""
+    seed: int = 0
+    """Sampling seed."""
+    modes: list[str] = field(default_factory=lambda: ["real", "free"])
+    """Context modes: 'real' (reset to the real continuation every block_length tokens) and/or 'free'."""
+    block_length: int = 32
+    """Real-context segment length (divides gen_len)."""
+    batch_size: int = 16
+    """Prompts decoded in lockstep."""
+    precision: str = "fp32"
+    """'fp32' or 'bf16'."""
+    device: str = "auto"
+    """'cpu', 'cuda' or 'auto'."""
+    add_mask_token: bool = False
+    """Add a [MASK] token when the checkpoint's tokenizer has none."""
+    out_dir: str = "runs/speculate"
+    """Run directory."""
+    progress_bar: bool = True
+    """Show a progress bar."""
+
+    def validate(self) -> None:
+        """Raise a one-line ``ValueError`` / ``DecodeError`` for inconsistent options."""
+        for m in self.modes:
+            if m not in ("real", "free"):
+                raise ValueError(f"unknown context mode {m!r}; valid: real, free")
+        if "real" in self.modes and (self.block_length <= 0 or self.gen_len % self.block_length):
+            raise DecodeError(f"block length {self.block_length} must be positive and divide gen_len {self.gen_len}")
+        for k in list(self.draft_lengths) + list(self.quadratic_draft_lengths):
+            if k < 1:
+                raise DecodeError(f"draft lengths must be ≥ 1, got {k}")
+        for lam in self.ensemble_lambdas:
+            if not 0.0 <= lam <= 1.0:
+                raise DecodeError(f"ensemble_lambda must be in [0, 1], got {lam}")
+        if self.temperature < 0 or self.batch_size <= 0 or self.n_prompts <= 0:
+            raise ValueError("need temperature ≥ 0, batch_size > 0 and n_prompts > 0")
+        if self.adapter and not (Path(self.adapter) / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"no peft adapter in {self.adapter} (adapter_config.json missing)")
+
+
+def attach_adapter(model, adapter_dir: str):
+    """Load a peft LoRA adapter onto ``model.backbone`` (``PeftModel.from_pretrained``) and put it back as
+    ``model.backbone``; returns ``model``. Raises ``FileNotFoundError`` if ``adapter_dir`` holds no
+    ``adapter_config.json``."""
+    from peft import PeftModel
+
+    path = Path(adapter_dir)
+    if not (path / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"no peft adapter in {path} (adapter_config.json missing)")
+    model.backbone = PeftModel.from_pretrained(model.backbone, str(path)).eval()
+    return model
+
+
+def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
+    """Run the evaluation and write the run directory; returns ``{"results", "summary", "out_dir", "wall_s"}``."""
+    from ..corpus import by_split, load_corpus
+    from ..evaluation.harness import load_model, resolve_device
+    from ..evaluation.prompts import make_prompts
+    from ..tokenizer import is_byte_tokenizer
+    from ..utils import prepare_run_dir
+    from .evaluate import default_methods, evaluate_speculation, summarize_speculation
+
+    cfg.validate()
+    if model is None:
+        model, tokenizer, _ = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
+        if cfg.adapter:
+            attach_adapter(model, cfg.adapter)
+    docs = by_split(load_corpus(cfg.corpus), cfg.split)
+    prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len,
+                           None if is_byte_tokenizer(tokenizer) else tokenizer)
+    methods = default_methods(cfg.draft_lengths, cfg.quadratic_draft_lengths, cfg.ensemble_lambdas,
+                              cfg.temperature, cfg.seed)
+    final = Path(cfg.out_dir)
+    run = Path(str(final) + ".partial")
+    shutil.rmtree(run, ignore_errors=True)
+    prepare_run_dir(run)
+    t0 = time.time()
+    try:
+        df = evaluate_speculation(model, tokenizer, prompts, methods, cfg.modes, cfg.block_length, cfg.batch_size,
+                                  cfg.precision, cfg.progress_bar)
+        summary = summarize_speculation(df)
+        wall = time.time() - t0
+        df.to_parquet(run / "results.parquet", index=False)
+        summary.to_parquet(run / "summary.parquet", index=False)
+        overall = summary[summary["category"] == "all"]
+        (run / "summary.json").write_text(json.dumps({"wall_s": wall, "n_prompts": len(prompts),
+                                                      "overall": overall.to_dict(orient="records")},
+                                                     indent=2, default=float) + "\n")
+        (run / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+        shutil.rmtree(final, ignore_errors=True)
+        run.rename(final)
+    except BaseException:
+        shutil.rmtree(run, ignore_errors=True)
+        raise
+    return {"results": df, "summary": summary, "out_dir": final, "wall_s": wall}
+
+
+def main(argv: list[str]) -> int:
+    """``workbench speculate``."""
+    from ..cli import parse_dataclass
+
+    cfg = parse_dataclass("workbench speculate", SpeculateConfig, argv)
+    r = run_speculate(cfg)
+    s = r["summary"]
+    cols = ["mode", "method", "tau", "max_accepted", "share_accept_ge8", "tpf", "tpf_real", "agree_ar", "token_acc",
+            "tokens_per_s", "speedup_vs_ar"]
+    print(s[s["category"] == "all"][cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(f"results: {r['out_dir'] / 'results.parquet'} ({r['wall_s']:.0f} s)")
+    return 0
