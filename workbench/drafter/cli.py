@@ -1,0 +1,154 @@
+"""``workbench drafter``: LoRA drafter evaluation (NLD §3.3, Tab. 6).
+
+* ``workbench drafter eval --adapters '[runs/lora_tiny/adapter]'``: linear self-speculation (greedy,
+  k = 8 by default) with and without each adapter on held-out prompts, per category: τ, TPF, real TPF,
+  max accepted, share of cycles accepting ≥ 8, accuracy metrics, tokens/s. Writes ``results.parquet``,
+  ``summary.parquet``, ``gains.parquet``, ``report.md`` and ``config.json``.
+* ``workbench drafter ablation --train_config workbench/configs/lora_tiny.yaml --losses '[lk_hybrid_ce, kl]'``:
+  trains one adapter per loss variant (same steps, seed, data) into ``<out_dir>/<loss>/`` and evaluates
+  them the same way; writes ``ablation.parquet`` and ``ablation.md`` next to the evaluation files.
+
+Evaluation files are written into ``<out_dir>.partial`` (eval) or as ``*.partial`` files (ablation,
+whose directory also holds the resumable training runs) and renamed when complete.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..decoding.base import DecodeError
+
+SUBCOMMANDS = ("eval", "ablation")
+
+
+@dataclass
+class EvalOptions:
+    """Held-out prompts and linear self-speculation settings shared by ``eval`` and ``ablation``."""
+
+    corpus: str = "stdlib"
+    """Corpus of the held-out prompts."""
+    split: str = "test"
+    """Corpus split of the prompts."""
+    n_prompts: int = 32
+    """Prompts (at most one per file, spread over categories)."""
+    prompt_len: int = 192
+    """Maximum prompt length (tokens)."""
+    gen_len: int = 128
+    """Tokens generated per prompt."""
+    draft_lengths: list[int] = field(default_factory=lambda: [8])
+    """Draft lengths k of linear self-speculation."""
+    temperature: float = 0.0
+    """0 = greedy acceptance; > 0 = speculative sampling."""
+    seed: int = 0
+    """Sampling seed."""
+    modes: list[str] = field(default_factory=lambda: ["real", "free"])
+    """Context modes: 'real' and/or 'free'."""
+    block_length: int = 32
+    """Real-context segment length (divides gen_len)."""
+    batch_size: int = 16
+    """Prompts decoded in lockstep."""
+    precision: str = "fp32"
+    """'fp32' or 'bf16'."""
+    device: str = "auto"
+    """'cpu', 'cuda' or 'auto'."""
+    include_base: bool = True
+    """Also evaluate the adapter-free drafter (named 'base'; the reference of the gains)."""
+    progress_bar: bool = True
+    """Show progress bars."""
+
+    def validate(self) -> None:
+        """Raise a one-line ``ValueError`` / ``DecodeError`` for inconsistent options."""
+        for m in self.modes:
+            if m not in ("real", "free"):
+                raise ValueError(f"unknown context mode {m!r}; valid: real, free")
+        if "real" in self.modes and (self.block_length <= 0 or self.gen_len % self.block_length):
+            raise DecodeError(f"block length {self.block_length} must be positive and divide gen_len {self.gen_len}")
+        if not self.draft_lengths or min(self.draft_lengths) < 1:
+            raise DecodeError(f"draft lengths must be ≥ 1, got {self.draft_lengths}")
+        if self.temperature < 0 or self.batch_size <= 0 or self.n_prompts <= 0:
+            raise ValueError("need temperature ≥ 0, batch_size > 0 and n_prompts > 0")
+
+
+@dataclass
+class DrafterEvalConfig(EvalOptions):
+    """Linear self-speculation with vs without LoRA drafter adapters (NLD §3.3, Tab. 6)."""
+
+    model: str = "builtin:tiny"
+    """Base tri-mode checkpoint (directory or 'builtin:tiny')."""
+    adapters: list[str] = field(default_factory=list)
+    """Adapter directories ('name=path' or 'path'; the name defaults to the run directory's name)."""
+    out_dir: str = "runs/drafter_eval"
+    """Run directory."""
+
+    def drafters(self) -> dict[str, str | None]:
+        """Name → adapter directory (``None`` = base); raises ``FileNotFoundError`` for a missing adapter."""
+        out: dict[str, str | None] = {"base": None} if self.include_base else {}
+        for spec in self.adapters:
+            name, _, path = spec.rpartition("=")
+            p = Path(path)
+            if not (p / "adapter_config.json").is_file():
+                raise FileNotFoundError(f"{p} is not a peft adapter directory (no adapter_config.json)")
+            out[name or (p.parent.name if p.name == "adapter" else p.name)] = str(p)
+        if not out:
+            raise ValueError("nothing to evaluate: give --adapters or keep --include_base true")
+        return out
+
+
+@dataclass
+class AblationConfig(EvalOptions):
+    """Loss-variant ablation: one LoRA drafter per loss (same config, steps, seed, data), then linear SS."""
+
+    train_config: str = "workbench/configs/lora_tiny.yaml"
+    """YAML of the LoRA training (LoraTrainConfig); its loss and out_dir are replaced per variant."""
+    losses: list[str] = field(default_factory=lambda: ["lk_hybrid_ce", "lk_hybrid", "kl", "tv", "ce", "lk_alpha"])
+    """Loss variants to train (registry names of workbench.drafter.losses)."""
+    max_steps: int | None = None
+    """Override of the training steps (same for every variant)."""
+    init_from: str | None = None
+    """Override of the base checkpoint (default: the train_config's init_from); also the evaluated model."""
+    train_corpus: str | None = None
+    """Override of the training corpus."""
+    out_dir: str = "runs/lora_ablation"
+    """Directory of the variant runs and the ablation tables."""
+
+    def train_base(self):
+        """The LoraTrainConfig shared by every variant."""
+        from ..cli import parse_dataclass
+        from .losses import check_loss_name
+        from .train import LoraTrainConfig
+
+        if not Path(self.train_config).is_file():
+            raise FileNotFoundError(f"training config {self.train_config} does not exist")
+        for loss in self.losses:
+            check_loss_name(loss)
+        argv = ["--config", self.train_config, "--progress_bar", str(self.progress_bar).lower()]
+        for name, value in (("max_steps", self.max_steps), ("init_from", self.init_from),
+                            ("corpus", self.train_corpus)):
+            if value is not None:
+                argv += [f"--{name}", str(value)]
+        cfg = parse_dataclass("workbench drafter ablation", LoraTrainConfig, argv)
+        cfg.validate()
+        return cfg
+
+
+def main(argv: list[str]) -> int:
+    """``workbench drafter eval|ablation [options]``."""
+    from ..cli import parse_dataclass
+
+    if not argv or argv[0] not in SUBCOMMANDS:
+        print(f"usage: workbench drafter {'|'.join(SUBCOMMANDS)} [options]", file=sys.stderr)
+        return 2
+    fmt = lambda x: f"{x:.3f}"  # noqa: E731
+    from .commands import run_ablation, run_eval
+
+    if argv[0] == "eval":
+        r = run_eval(parse_dataclass("workbench drafter eval", DrafterEvalConfig, argv[1:]))
+        g = r["gains"]
+        print(g[g["category"] == "all"].to_string(index=False, float_format=fmt))
+        print(f"results: {r['out_dir']} ({r['wall_s']:.0f} s)")
+        return 0
+    r = run_ablation(parse_dataclass("workbench drafter ablation", AblationConfig, argv[1:]))
+    print(r["table"].to_string(index=False, float_format=fmt))
+    print(f"ablation: {r['out_dir'] / 'ablation.md'}")
+    return 0

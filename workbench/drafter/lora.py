@@ -1,0 +1,74 @@
+"""LoRA adapters (peft) on the diffusion draft pathway of a :class:`~workbench.model.trimode.TriModeLM`
+(NLD §3.3): LoRA on the attention output projection ``o_proj`` only; the AR verifier is the same backbone
+with the adapter disabled (:func:`~workbench.speculative.adapter.verifier_mode`).
+
+Adapters are ordinary peft ``save_pretrained`` directories, loadable with
+``PeftModel.from_pretrained(base_backbone, adapter_dir)``.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from peft import LoraConfig, PeftModel, get_peft_model
+
+from ..speculative.adapter import has_adapter
+
+#: Written next to the peft files: how the adapter was trained (base model, loss, metrics).
+DRAFTER_JSON = "drafter.json"
+
+
+def add_lora(model, rank: int, alpha: float, dropout: float = 0.0, target_modules=("o_proj",)):
+    """Wrap ``model.backbone`` in a peft LoRA model in place and return ``model``.
+
+    Args:
+        model: a TriModeLM without adapter.
+        rank: LoRA rank ``r`` (paper: 128; tiny preset: 16).
+        alpha: LoRA ``α`` (paper: 512); the update is scaled by ``α / r``.
+        dropout: LoRA dropout.
+        target_modules: module names that get adapters (paper: ``o_proj`` only).
+
+    Only the LoRA matrices require grad afterwards. Raises ``ValueError`` for ``rank ≤ 0``, an existing
+    adapter, or target modules absent from the backbone.
+    """
+    if rank <= 0:
+        raise ValueError(f"LoRA rank must be positive, got {rank}")
+    if has_adapter(model):
+        raise ValueError("the model already carries a LoRA adapter")
+    cfg = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
+                     bias="none")
+    model.backbone = get_peft_model(model.backbone, cfg)
+    return model
+
+
+def load_adapter(model, adapter_dir: str | Path, trainable: bool = False):
+    """Attach the peft adapter saved in ``adapter_dir`` to ``model.backbone`` (in place) and return ``model``.
+
+    Raises ``FileNotFoundError`` if ``adapter_dir`` holds no ``adapter_config.json``.
+    """
+    d = Path(adapter_dir)
+    if not (d / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{d} is not a peft adapter directory (no adapter_config.json)")
+    model.backbone = PeftModel.from_pretrained(model.backbone, d, is_trainable=trainable)
+    return model
+
+
+def save_adapter(model, out_dir: str | Path, info: dict | None = None) -> Path:
+    """Save the adapter of ``model.backbone`` with ``save_pretrained`` (plus ``drafter.json`` = ``info``)
+    into ``out_dir``, written as ``<out_dir>.partial`` then renamed (never half-written)."""
+    if not has_adapter(model):
+        raise ValueError("the model carries no LoRA adapter to save")
+    out = Path(out_dir)
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.backbone.save_pretrained(tmp)
+    (tmp / DRAFTER_JSON).write_text(json.dumps(info or {}, indent=2, sort_keys=True, default=str) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+def lora_parameter_names(model) -> list[str]:
+    """Names (in ``model.named_parameters()``) of the LoRA matrices."""
+    return [n for n, _ in model.named_parameters() if "lora_" in n]

@@ -1,0 +1,141 @@
+"""Lightning module of LoRA drafter alignment (NLD §3.3, Eq. 6–9, Fig. 11).
+
+The network is a plain :class:`~workbench.model.trimode.TriModeLM` whose backbone carries a peft LoRA
+adapter (:func:`~workbench.drafter.lora.add_lora`); this module owns only the loss, the metrics, the
+optimiser and logging. One training step = one draft–verify cycle per row (:func:`~workbench.drafter.draft.draft_and_verify`)
+after a prefix cut from the row's window, then the selected loss variant on the active positions.
+
+Validation metrics (greedy drafts, adapter on; verifier with the adapter off):
+
+* ``val/accepted_greedy``: mean number of draft tokens accepted by greedy verification (0..k);
+* ``val/tau_greedy`` = accepted + 1: the acceptance length τ of one linear self-speculation cycle
+  (tokens emitted per cycle, DEER/EAGLE convention) — the checkpoint selection metric;
+* ``val/tau_expected`` = ``1 + Σ_{j=1..k} Π_{i≤j} α_i`` with ``α_i = Σ_v min(p_i(v), q_i(v))`` at
+  temperature 1 on the full vocabulary, ``p_i``, ``q_i`` computed on the greedy draft's context: the
+  expected emitted tokens per cycle under the speculative-sampling rule at ``T = 1`` (approximation:
+  contexts are the greedy draft's);
+* ``val/alpha``: mean ``α_j`` of the training loss's support and temperature over the active positions.
+"""
+from __future__ import annotations
+
+import math
+
+import pytorch_lightning as pl
+import torch
+
+from ..speculative import greedy_accept
+from .draft import draft_and_verify, left_pad_prefixes
+from .losses import active_mask, block_mean, combine, expected_accepted, position_terms
+
+
+def _generator(seed: int, step: int, salt: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(((seed * 1_000_003 + step) * 97 + salt) % (2**63 - 1))
+    return g
+
+
+class LoraDrafterModule(pl.LightningModule):
+    """Loss, metrics and optimiser of LoRA drafter training.
+
+    Args:
+        model: TriModeLM with a peft LoRA backbone (only the LoRA matrices require grad).
+        cfg: a :class:`~workbench.drafter.train.LoraTrainConfig` (loss name and hyper-parameters, draft
+            length ``k``, sampling share, optimiser settings).
+        pad_id: token id used for left padding.
+
+    Checkpoints hold only the trainable (LoRA) tensors; the frozen base weights come from ``init_from``.
+    """
+
+    def __init__(self, model, cfg, pad_id: int = 0):
+        super().__init__()
+        self.model, self.cfg, self.pad_id = model, cfg, pad_id
+        self.strict_loading = False
+        self.validations: list[dict] = []
+        """Metrics of every validation during fit: ``{"step": global_step, "val/...": value}`` (kept in checkpoints)."""
+
+    # ------------------------------------------------------------------ helpers
+    def _loss_hparams(self) -> dict:
+        c = self.cfg
+        return dict(tau=c.tau, top_k=c.top_k, eta=c.eta, ce_tau=c.ce_tau)
+
+    def _prefixes(self, batch: dict, g: torch.Generator | None):
+        ids, lo, hi = batch["ids"], batch["lo"], batch["hi"]
+        if g is None:
+            lengths = lo
+        else:
+            u = torch.rand(ids.shape[0], generator=g).to(ids.device)
+            lengths = lo + (u * (hi - lo + 1).to(u.dtype)).long().clamp_max(hi - lo)
+        return left_pad_prefixes(ids, lengths, self.pad_id)
+
+    # ------------------------------------------------------------------ steps
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        c = self.cfg
+        g = _generator(c.seed, self.global_step, 1)
+        prefix, valid = self._prefixes(batch, g)
+        sample_rows = (torch.rand(prefix.shape[0], generator=g) < c.sample_fraction).to(prefix.device)
+        cyc = draft_and_verify(self.model, prefix, valid, c.draft_length, sample_rows, c.draft_temperature, g)
+        active = active_mask(cyc.draft, cyc.verifier_logits)
+        terms = position_terms(cyc.draft_logits, cyc.verifier_logits[:, :-1], **self._loss_hparams())
+        loss = combine(c.loss, terms, active, lambda_kl=c.lambda_kl, lambda_ce=c.lambda_ce)
+        n = prefix.shape[0]
+        self.log_dict({"train/loss": loss, "train/alpha": block_mean(terms.alpha.detach(), active),
+                       "train/kl": block_mean(terms.kl.detach(), active),
+                       "train/active": active.float().sum(-1).mean()}, prog_bar=True, batch_size=n)
+        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], batch_size=n)
+        return loss
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        c = self.cfg
+        prefix, valid = self._prefixes(batch, None)
+        cyc = draft_and_verify(self.model, prefix, valid, c.draft_length, grad=False)
+        accepted = greedy_accept(cyc.draft, cyc.verifier_logits).accepted.float()
+        vlog = cyc.verifier_logits[:, :-1]
+        active = active_mask(cyc.draft, cyc.verifier_logits)
+        terms = position_terms(cyc.draft_logits, vlog, **self._loss_hparams())
+        full = position_terms(cyc.draft_logits, vlog, tau=1.0, top_k=vlog.shape[-1])
+        n = prefix.shape[0]
+        metrics = {"val/accepted_greedy": accepted.mean(), "val/tau_greedy": accepted.mean() + 1.0,
+                   "val/tau_expected": expected_accepted(full.alpha).mean() + 1.0,
+                   "val/alpha": block_mean(terms.alpha, active),
+                   "val/loss": combine(c.loss, terms, active, lambda_kl=c.lambda_kl, lambda_ce=c.lambda_ce)}
+        self.log_dict(metrics, prog_bar=True, batch_size=n)
+        for k, v in metrics.items():                 # the same batch-size-weighted means, for the history
+            self._val_sums[k] = self._val_sums.get(k, 0.0) + float(v) * n
+        self._val_rows += n
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_sums, self._val_rows = {}, 0
+
+    def on_validation_epoch_end(self) -> None:
+        from pytorch_lightning.trainer.states import TrainerFn
+
+        if self.trainer.state.fn == TrainerFn.FITTING and not self.trainer.sanity_checking and self._val_rows:
+            vals = {k: v / self._val_rows for k, v in self._val_sums.items()}
+            self.validations.append({"step": int(self.global_step), **vals})
+
+    # ------------------------------------------------------------------ optimiser and checkpoints
+    def configure_optimizers(self):
+        c = self.cfg
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay, betas=(0.9, 0.99))
+
+        def schedule(step: int) -> float:
+            if step < c.warmup_steps:
+                return (step + 1) / c.warmup_steps
+            frac = min(1.0, (step - c.warmup_steps) / max(1, c.max_steps - c.warmup_steps))
+            return c.min_lr_ratio + (1 - c.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def trainable_state_dict(self) -> dict:
+        """The LoRA tensors only (module state-dict names)."""
+        keep = {f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad}
+        return {k: v for k, v in self.state_dict().items() if k in keep}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["state_dict"] = self.trainable_state_dict()
+        checkpoint["drafter_validations"] = list(self.validations)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.validations = list(checkpoint.get("drafter_validations", []))

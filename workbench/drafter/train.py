@@ -1,0 +1,284 @@
+"""``workbench train lora``: align a LoRA drafter on the diffusion pathway to the model's own AR
+verifier with the LK-hybrid + CE loss (NLD §3.3, Eq. 6–9, App. B / Fig. 11).
+
+Run directory ``out_dir``: ``config.yaml`` (resolved config), ``logs/version_{k}/metrics.csv`` (CSV logs,
+one version per start or resume), ``checkpoints/last.ckpt`` (resume point, written after every
+validation) and ``checkpoints/best-*.ckpt`` (best ``val/tau_greedy``; LoRA tensors + optimiser state
+only), ``baseline.json`` (validation metrics of the adapter-free drafter, fresh runs only),
+``metrics.json``, and the best adapter as a peft ``save_pretrained`` directory in ``adapter/``
+(load with ``PeftModel.from_pretrained(base_backbone, out_dir/adapter)``). A rerun with the same
+``out_dir`` resumes from ``last.ckpt``.
+"""
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger
+
+from ..utils import prepare_run_dir
+from .data import SOURCES, DrafterDataModule, self_distill_windows
+from .lora import add_lora, save_adapter
+from .losses import DEFAULT_LOSS, check_loss_name
+from .module import LoraDrafterModule
+
+DEFAULT_BASE = "builtin:tiny"  # = workbench/assets/tiny
+
+
+@dataclass
+class LoraTrainConfig:
+    """LoRA drafter training with the LK-hybrid + CE loss (NLD §3.3)."""
+
+    init_from: str = DEFAULT_BASE
+    """Tri-mode checkpoint directory (or 'builtin:tiny') whose diffusion pathway gets the adapter."""
+    corpus: str = "stdlib"
+    """Corpus: 'stdlib', a directory of source files, or a .txt / .jsonl file."""
+    out_dir: str = "runs/lora"
+    """Run directory: config, logs, checkpoints, metrics and the adapter in ``adapter/``."""
+    loss: str = DEFAULT_LOSS
+    """Loss variant: kl, tv, ce, lk_alpha, lk_hybrid, lk_hybrid_ce (NLD Eq. 9, default)."""
+    rank: int = 16
+    """LoRA rank r (paper: 128)."""
+    lora_alpha: float = 64.0
+    """LoRA alpha (paper: 512); the update is scaled by alpha / r."""
+    lora_dropout: float = 0.0
+    """LoRA dropout."""
+    target_modules: list[str] = field(default_factory=lambda: ["o_proj"])
+    """Modules that get adapters (paper: o_proj only)."""
+    draft_length: int = 8
+    """Draft length k of the training cycles (positions per draft block)."""
+    tau: float = 3.0
+    """Distribution-matching temperature τ for p and q."""
+    top_k: int = 200
+    """K of the union top-K support U_j."""
+    eta: float = 0.5
+    """η of λ_j = exp(−η sg[α_j])."""
+    ce_tau: float = 1.0
+    """Temperature of the restricted drafter softmax in the CE term."""
+    lambda_kl: float = 1.0
+    """Weight of L_LK in Eq. 9."""
+    lambda_ce: float = 1.0
+    """Weight of L_CE in Eq. 9."""
+    sample_fraction: float = 0.9
+    """Share of rows (draft blocks) whose draft tokens are sampled at draft_temperature; the rest are greedy."""
+    draft_temperature: float = 1.0
+    """Sampling temperature T_draft of the sampled rows."""
+    data_source: str = "corpus"
+    """Training prefixes: 'corpus' (train-split windows) or 'self_distill' (the verifier's AR continuations)."""
+    min_prefix: int = 32
+    """Shortest training / validation prefix in tokens (≥ 2)."""
+    max_prefix: int = 192
+    """Longest prefix (corpus window length)."""
+    distill_prompts: int = 256
+    """Self-distillation: number of corpus prompts continued by the verifier."""
+    distill_prompt_len: int = 96
+    """Self-distillation: prompt length in tokens."""
+    distill_gen_len: int = 96
+    """Self-distillation: generated tokens per prompt."""
+    distill_temperature: float = 0.0
+    """Self-distillation: AR sampling temperature (0 = greedy)."""
+    distill_cache: str | None = None
+    """Self-distillation cache file (default: out_dir/self_distill.pt); reused when its settings match."""
+    batch_size: int = 16
+    """Draft blocks per optimiser step."""
+    lr: float = 1e-3
+    """Peak AdamW learning rate."""
+    min_lr_ratio: float = 0.1
+    """Cosine decay floor as a fraction of lr."""
+    warmup_steps: int = 20
+    """Linear warm-up steps."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Gradient-norm clip."""
+    max_steps: int = 300
+    """Optimiser steps."""
+    val_every: int = 50
+    """Validate (and write last.ckpt / best-*.ckpt) every this many steps."""
+    val_windows: int = 64
+    """Validation prefixes (corpus validation split, fixed cuts)."""
+    monitor: str = "val/tau_greedy"
+    """Checkpoint selection metric (maximised): val/tau_greedy or val/tau_expected."""
+    precision: str = "32-true"
+    """Lightning precision: '32-true' or 'bf16-mixed' (autocast, also on CPU)."""
+    accelerator: str = "auto"
+    """Lightning accelerator ('cpu', 'gpu', 'auto')."""
+    seed: int = 0
+    """Seed of the prefix cuts, draft sampling and data."""
+    resume: bool = True
+    """Resume from out_dir/checkpoints/last.ckpt when it exists."""
+    baseline: bool = True
+    """Validate the adapter-free drafter before training (fresh runs) into baseline.json."""
+    max_time: str | None = None
+    """Optional wall-clock limit 'DD:HH:MM:SS'."""
+    progress_bar: bool = True
+    """Show Lightning's progress bar."""
+
+    def validate(self) -> None:
+        """Raise a one-line ``ValueError`` for an inconsistent configuration."""
+        check_loss_name(self.loss)
+        if self.rank <= 0:
+            raise ValueError(f"LoRA rank must be positive, got {self.rank}")
+        if self.lora_alpha <= 0:
+            raise ValueError(f"lora_alpha must be positive, got {self.lora_alpha}")
+        if not self.target_modules:
+            raise ValueError("target_modules must name at least one module (paper: o_proj)")
+        if self.draft_length < 1:
+            raise ValueError(f"draft_length must be at least 1, got {self.draft_length}")
+        if self.tau <= 0 or self.ce_tau <= 0 or self.top_k < 1:
+            raise ValueError("tau and ce_tau must be positive and top_k at least 1")
+        if not 0.0 <= self.sample_fraction <= 1.0:
+            raise ValueError(f"sample_fraction must lie in [0, 1], got {self.sample_fraction}")
+        if self.data_source not in SOURCES:
+            raise ValueError(f"unknown data_source {self.data_source!r}; valid: {', '.join(SOURCES)}")
+        if not 2 <= self.min_prefix <= self.max_prefix:
+            raise ValueError(f"need 2 <= min_prefix ({self.min_prefix}) <= max_prefix ({self.max_prefix})")
+        if self.batch_size <= 0 or self.max_steps <= 0 or self.val_every <= 0 or self.val_windows <= 0:
+            raise ValueError("batch_size, max_steps, val_every and val_windows must be positive")
+        if self.monitor not in ("val/tau_greedy", "val/tau_expected"):
+            raise ValueError(f"unknown monitor {self.monitor!r}; valid: val/tau_greedy, val/tau_expected")
+
+    def loss_hparams(self) -> dict:
+        """Keyword arguments of the loss functions (:mod:`workbench.drafter.losses`)."""
+        return dict(tau=self.tau, top_k=self.top_k, eta=self.eta, ce_tau=self.ce_tau, lambda_kl=self.lambda_kl,
+                    lambda_ce=self.lambda_ce)
+
+
+class LastAfterValidation(ModelCheckpoint):
+    """Writes ``last.ckpt`` after every validation. Lightning 2.6 updates ``save_last`` only when a top-k
+    checkpoint was saved at that step, which would leave a stale resume point whenever the monitored
+    metric does not improve. Being a ``ModelCheckpoint`` it runs after the best-checkpoint callback
+    listed before it, so ``last.ckpt`` carries that callback's updated state."""
+
+    def __init__(self, dirpath: Path):
+        super().__init__(dirpath=dirpath, save_top_k=0, save_last=False)
+
+    def on_train_batch_end(self, *args, **kwargs) -> None:
+        return None
+
+    def on_train_epoch_end(self, *args, **kwargs) -> None:
+        return None
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from pytorch_lightning.trainer.states import TrainerFn
+
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+            trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt")
+
+
+def load_base(spec: str, device: str = "cpu"):
+    """Load the tri-mode checkpoint ``spec`` ('builtin:<name>' or a directory) → (model, tokenizer).
+
+    Raises :class:`~workbench.model.io.CheckpointError` for a missing or non-Hugging-Face path.
+    """
+    from ..evaluation.harness import load_model
+
+    model, tok, _ = load_model(spec, device)
+    return model, tok
+
+
+def _check_context(model, cfg: LoraTrainConfig) -> None:
+    ctx = int(getattr(model.backbone.config, "max_position_embeddings", 1 << 30))
+    longest = max(cfg.max_prefix, cfg.distill_prompt_len + cfg.distill_gen_len) + cfg.draft_length
+    if longest > ctx:
+        raise ValueError(f"prefix + draft = {longest} tokens exceeds the model context ({ctx})")
+
+
+def _build_data(model, tok, cfg: LoraTrainConfig, out: Path) -> DrafterDataModule:
+    from ..tokenizer import is_byte_tokenizer
+
+    tokenizer = None if is_byte_tokenizer(tok) else tok
+    data = DrafterDataModule(cfg.corpus, cfg.min_prefix, cfg.max_prefix, cfg.batch_size,
+                             train_windows=cfg.max_steps * cfg.batch_size, val_windows=cfg.val_windows,
+                             seed=cfg.seed, tokenizer=tokenizer)
+    if cfg.data_source == "self_distill":
+        from ..corpus import by_split, load_corpus
+        from ..data import encode_documents
+
+        tokens = encode_documents(by_split(load_corpus(cfg.corpus), "train"), tokenizer)
+        data.distilled = self_distill_windows(model, tokens, cfg.distill_prompts, cfg.distill_prompt_len,
+                                              cfg.distill_gen_len, cfg.distill_temperature, cfg.seed,
+                                              cfg.distill_cache or out / "self_distill.pt",
+                                              pad_id=_pad_id(tok))
+        data.distill_prompt_len = cfg.distill_prompt_len
+    return data
+
+
+def _pad_id(tok) -> int:
+    return tok.pad_token_id if tok.pad_token_id is not None else 0
+
+
+def train_lora(cfg: LoraTrainConfig) -> Path:
+    """Train (or resume) a LoRA drafter; returns the adapter directory ``out_dir/adapter``.
+
+    Raises ``ValueError`` for a bad config, :class:`~workbench.model.io.CheckpointError` for a missing
+    ``init_from``, :class:`~workbench.utils.RunDirError` for an unwritable run directory and
+    :class:`~workbench.corpus.CorpusError` for an empty corpus — all before anything is written.
+    """
+    cfg.validate()
+    model, tok = load_base(cfg.init_from)
+    _check_context(model, cfg)
+    out = prepare_run_dir(cfg.out_dir)
+    import yaml
+
+    (out / "config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    data = _build_data(model, tok, cfg, out)
+    add_lora(model, cfg.rank, cfg.lora_alpha, cfg.lora_dropout, cfg.target_modules)
+    model.train()                    # Llama has no dropout here; only LoRA dropout reacts to the mode
+    module = LoraDrafterModule(model, cfg, pad_id=_pad_id(tok))
+    ckpt_dir = out / "checkpoints"
+    best = ModelCheckpoint(dirpath=ckpt_dir, filename="best-{step}", monitor=cfg.monitor, mode="max", save_top_k=1,
+                           auto_insert_metric_name=False, save_on_train_epoch_end=False)
+    trainer = pl.Trainer(max_steps=cfg.max_steps, accelerator=cfg.accelerator, devices=1, precision=cfg.precision,
+                         gradient_clip_val=cfg.grad_clip, val_check_interval=min(cfg.val_every, cfg.max_steps),
+                         check_val_every_n_epoch=None, logger=CSVLogger(out, name="logs"), callbacks=[best, LastAfterValidation(ckpt_dir)],
+                         enable_progress_bar=cfg.progress_bar, log_every_n_steps=min(10, cfg.max_steps),
+                         max_time=cfg.max_time, num_sanity_val_steps=0, enable_model_summary=False)
+    last = ckpt_dir / "last.ckpt"
+    resuming = cfg.resume and last.exists()
+    warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
+    if cfg.baseline and not resuming:
+        base_metrics = trainer.validate(module, datamodule=data, verbose=False)[0]
+        (out / "baseline.json").write_text(json.dumps(base_metrics, indent=2, sort_keys=True) + "\n")
+    t0 = time.time()
+    trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
+    wall = time.time() - t0
+    best_path = best.best_model_path
+    if best_path and Path(best_path).exists():
+        state = torch.load(best_path, map_location="cpu", weights_only=False)["state_dict"]
+        module.load_state_dict(state, strict=False)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    info = {"init_from": cfg.init_from, "loss": cfg.loss, "draft_length": cfg.draft_length, "rank": cfg.rank,
+            "lora_alpha": cfg.lora_alpha, "target_modules": list(cfg.target_modules), "global_step": trainer.global_step,
+            "best_checkpoint": Path(best_path).name if best_path else None,
+            "best_score": float(best.best_model_score) if best.best_model_score is not None else None,
+            "monitor": cfg.monitor, "train_config": asdict(cfg)}
+    fit_vals = [v for v in module.validations if cfg.monitor in v]
+    info["best_validation"] = max(fit_vals, key=lambda v: v[cfg.monitor]) if fit_vals else None
+    adapter = save_adapter(model, out / "adapter", info)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    (out / "metrics.json").write_text(json.dumps({
+        "global_step": trainer.global_step, "wall_s_this_run": wall, "trainable_params": trainable,
+        "best_checkpoint": info["best_checkpoint"], "best_" + cfg.monitor.replace("/", "_"): info["best_score"],
+        "best_validation": info["best_validation"], "validations": module.validations, "final": metrics},
+        indent=2) + "\n")
+    return adapter
+
+
+def main(argv: list[str]) -> int:
+    """``workbench train lora --config <yaml> [--field value ...]``."""
+    from ..cli import parse_dataclass
+
+    cfg = parse_dataclass("workbench train lora", LoraTrainConfig, argv)
+    print(f"adapter saved to {train_lora(cfg)}")
+    return 0
+
+
+__all__ = ["LoraTrainConfig", "train_lora", "load_base", "main"]
