@@ -319,6 +319,25 @@ def test_tokenizer_mismatch_refused(tmp_path, tokenizer):
     assert tok is tokenizer and fresh.backbone.config.vocab_size == target.backbone.config.vocab_size
 
 
+def test_keep_first_layers_gives_a_working_smaller_drafter(micro_model):
+    from workbench.deer.models import count_parameters, keep_first_layers
+
+    full = count_parameters(micro_model)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    inner = micro_model.backbone.model
+    with torch.no_grad():
+        h = inner.embed_tokens(ids)
+        h = inner.layers[0](h, position_embeddings=inner.rotary_emb(h, torch.arange(4)[None]))
+        small = keep_first_layers(micro_model, 1)
+        logits = small.causal_logits(ids)
+        expect = small.backbone.lm_head(inner.norm(h))          # one layer left: head(norm(layer_0(embed)))
+    assert len(small.backbone.model.layers) == 1 and small.backbone.config.num_hidden_layers == 1
+    assert count_parameters(small) < full
+    torch.testing.assert_close(logits, expect, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="init_layers"):
+        keep_first_layers(small, 2)
+
+
 # ---------------------------------------------------------------- teacher data
 def _teacher_cfg(out, corpus, n):
     return TeacherConfig(target="micro", corpus=str(corpus), n_answers=n, prompt_len=24, gen_len=8, batch_size=2,
@@ -403,7 +422,22 @@ def test_train_deer_two_stages_micro(tmp_path, small_corpus, micro_checkpoint, t
     check_shared_tokenizer(tokenizer, tok)
     target, _, _ = load_checkpoint(micro_checkpoint)
     prompts = _prompts([6, 9])
-    assert deer_decode(target, drafter, prompts, 12, 4, pad_id=PAD).tokens == ar_decode(target, prompts, 12, pad_id=PAD).tokens
+    ref = ar_decode(target, prompts, 12, pad_id=PAD).tokens
+    assert deer_decode(target, drafter, prompts, 12, 4, pad_id=PAD).tokens == ref
+    # evaluation: every table and figure, greedy DEER lossless against AR
+    from workbench.deer.evaluate import DeerEvalConfig, run_deer_eval
+
+    out = run_deer_eval(DeerEvalConfig(target=str(micro_checkpoint), drafter=str(s2), stage1_drafter=str(s1b),
+                                       alpha_runs=[str(tmp_path / "s2")], corpus=str(small_corpus), n_prompts=3,
+                                       prompt_len=24, gen_len=12, draft_length=4, batch_size=2, device="cpu",
+                                       out_dir=str(tmp_path / "eval"), progress_bar=False))
+    table = pd.read_parquet(out / "by_category.parquet")
+    assert set(table["method"]) == {"ar", "deer", "deer_stage1", "linear_ss"}
+    assert (table["agree_ar"] == 1.0).all() and (table.loc[table["method"] == "ar", "tau"] == 1.0).all()
+    assert "delta_tau" in pd.read_parquet(out / "stage_table.parquet")
+    assert pd.read_parquet(out / "alpha.parquet")["alpha"].tolist() == [1.05]
+    assert (out / "alpha.png").is_file() and (out / "acceptance.png").is_file()
+    assert not (tmp_path / "eval.partial").exists()
 
 
 def test_train_deer_stage2_without_init_is_a_one_line_error(tmp_path, capsys):

@@ -7,8 +7,9 @@ On the same test-split prompts, decoded one batch at a time with the same settin
   share of cycles accepting ≥ 8 draft tokens (Fig. 4), real TPF, cost-weighted TPF, wall-clock speedup
   over AR (Tables 1–2), agreement with AR (1.0 at temperature 0: lossless);
 * optional: DEER with the Stage I drafter (Table 3: w/o vs w/ refinement), DEER with each Stage II run of
-  an α sweep (Fig. 6: training curves and final τ per α), linear self-speculation of the target
-  (:func:`~workbench.speculative.linear.linear_self_speculation`, optionally with a LoRA adapter).
+  an α sweep (Fig. 6: training curves and final τ per α), DEER with any further named drafters, linear
+  self-speculation of the target (:func:`~workbench.speculative.linear.linear_self_speculation`,
+  optionally with a LoRA adapter).
 
 Files in ``out_dir``: ``rows.parquet`` (per prompt and method), ``by_category.parquet``,
 ``cycles.parquet`` (accepted length of every cycle), ``acceptance_hist.parquet``, ``stage_table.parquet``,
@@ -53,6 +54,8 @@ class DeerEvalConfig:
     """Stage-I-only drafter for the Stage I vs Stage I+II table (DEER Table 3)."""
     alpha_runs: list[str] = field(default_factory=list)
     """Stage II run directories of an α sweep (DEER Fig. 6): curves from their logs, τ of their drafters."""
+    extra_drafters: dict[str, str] = field(default_factory=dict)
+    """More drafters to decode with, as method name -> drafter directory (e.g. a control run)."""
     compare_linear: bool = True
     """Also decode with linear self-speculation of the target (NLD §3.3) at the same draft length."""
     adapter: str | None = None
@@ -93,31 +96,40 @@ class DeerEvalConfig:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
 
 
-def decode_rows(method: str, decode: Decoder, prompts: list[Prompt], batch_size: int) -> tuple[list[dict], list[dict]]:
-    """Decode ``prompts`` in batches with ``decode`` (``prompt ids -> DecodeResult``).
+def _rows_of(method: str, res: DecodeResult, chunk: list[Prompt]) -> tuple[list[dict], list[dict]]:
+    rows, cycles = [], []
+    for j, p in enumerate(chunk):
+        m = row_metrics(res, j, at_least=8)
+        cost = float("nan")
+        acc = [e - 1 for e in res.committed_per_step[j]]
+        if isinstance(res, DeerResult):
+            cost = len(res.tokens[j]) / res.tpf_cost(j)
+            acc = res.accepted[j]
+        rows.append({**m, "method": method, "prompt_id": p.prompt_id, "category": p.category,
+                     "forwards": res.forwards[j], "extra_forwards": res.extra_forwards[j], "cost_forwards": cost,
+                     "wall_s": res.wall_time / len(chunk), "repetition": repetition_rate(res.tokens[j]),
+                     "ids": list(res.tokens[j])})
+        cycles += [{"method": method, "prompt_id": p.prompt_id, "category": p.category, "accepted": a} for a in acc]
+    return rows, cycles
 
-    Returns ``(rows, cycles)``: one dict per prompt (the metrics of
+
+def decode_rows(runs: dict[str, Decoder], prompts: list[Prompt], batch_size: int,
+                progress_bar: bool = False) -> tuple[list[dict], list[dict]]:
+    """Decode ``prompts`` in batches with every method of ``runs`` (``name -> (prompt ids -> DecodeResult)``),
+    the methods interleaved batch by batch so their wall times see the same machine load.
+
+    Returns ``(rows, cycles)``: one dict per (method, prompt) (the metrics of
     :func:`~workbench.speculative.metrics.row_metrics`, ``wall_s`` = batch wall time / batch rows,
     ``cost_forwards`` for DEER, the generated ``ids``) and one dict per cycle (``accepted`` draft tokens;
     DEER: untruncated, others: emitted − 1).
     """
     rows, cycles = [], []
-    for i in range(0, len(prompts), batch_size):
+    for i in tqdm(range(0, len(prompts), batch_size), desc="deer eval", disable=not progress_bar):
         chunk = prompts[i:i + batch_size]
-        res = decode([list(p.prompt) for p in chunk])
-        for j, p in enumerate(chunk):
-            m = row_metrics(res, j, at_least=8)
-            cost = float("nan")
-            acc = [e - 1 for e in res.committed_per_step[j]]
-            if isinstance(res, DeerResult):
-                cost = len(res.tokens[j]) / res.tpf_cost(j)
-                acc = res.accepted[j]
-            rows.append({**m, "method": method, "prompt_id": p.prompt_id, "category": p.category,
-                         "forwards": res.forwards[j], "extra_forwards": res.extra_forwards[j], "cost_forwards": cost,
-                         "wall_s": res.wall_time / len(chunk), "repetition": repetition_rate(res.tokens[j]),
-                         "ids": list(res.tokens[j])})
-            cycles += [{"method": method, "prompt_id": p.prompt_id, "category": p.category, "accepted": a}
-                       for a in acc]
+        for name, decode in runs.items():
+            r, c = _rows_of(name, decode([list(p.prompt) for p in chunk]), chunk)
+            rows += r
+            cycles += c
     return rows, cycles
 
 
@@ -132,6 +144,15 @@ def alpha_curves(run_dir: str | Path) -> tuple[float, pd.DataFrame]:
     logs = sorted(run.glob("logs/version_*/metrics.csv"))
     df = pd.concat([pd.read_csv(f) for f in logs], ignore_index=True) if logs else pd.DataFrame({"step": []})
     return alpha, df.assign(alpha=alpha, run=str(run))
+
+
+def _overall(table: pd.DataFrame, method: str, cols) -> dict:
+    return table[(table["method"] == method) & (table["category"] == "all")][list(cols)].iloc[0].to_dict()
+
+
+def _last(curves: pd.DataFrame, col: str) -> float:
+    s = curves[col].dropna() if col in curves else pd.Series(dtype=float)
+    return float(s.iloc[-1]) if len(s) else float("nan")
 
 
 def _load_drafter(path: str, tokenizer, device):
@@ -177,11 +198,13 @@ def run_deer_eval(cfg: DeerEvalConfig, target=None, tokenizer=None) -> Path:
     drafters = {"deer": cfg.drafter}
     if cfg.stage1_drafter:
         drafters["deer_stage1"] = cfg.stage1_drafter
+    drafters.update(cfg.extra_drafters)
     alphas = {}
     for run in cfg.alpha_runs:
         alpha, curves = alpha_curves(run)
         path = str(Path(run) / "drafter")
-        name = next((m for m, p in drafters.items() if Path(p).resolve() == Path(path).resolve()), f"deer_alpha{alpha:g}")
+        same = [m for m, p in drafters.items() if Path(p).resolve() == Path(path).resolve()]
+        name = same[0] if same else f"deer_alpha{alpha:g}"
         drafters.setdefault(name, path)
         alphas[name] = (alpha, curves)
     for name, path in drafters.items():
@@ -194,11 +217,7 @@ def run_deer_eval(cfg: DeerEvalConfig, target=None, tokenizer=None) -> Path:
                                                                **common)
     for fn in runs.values():                 # warm-up (allocator, kernels) before any timing
         fn([list(prompts[0].prompt)[:16]])
-    rows, cycles = [], []
-    for name, fn in tqdm(runs.items(), desc="deer eval", disable=not cfg.progress_bar):
-        r, c = decode_rows(name, fn, prompts, cfg.batch_size)
-        rows += r
-        cycles += c
+    rows, cycles = decode_rows(runs, prompts, cfg.batch_size, cfg.progress_bar)
     df = pd.DataFrame(rows)
     ar = df[df["method"] == "ar"].set_index("prompt_id")
     df["ar_wall_s"] = df["prompt_id"].map(ar["wall_s"])
@@ -209,10 +228,8 @@ def run_deer_eval(cfg: DeerEvalConfig, target=None, tokenizer=None) -> Path:
         if cfg.stage1_drafter else pd.DataFrame()
     vs_linear = compare_tau(table, {"linear_ss": "linear_ss", "deer": "deer"}, ("tau", "tpf_real", "speedup")) \
         if cfg.compare_linear else pd.DataFrame()
-    alpha_rows = [{"alpha": a, "method": m, **table[(table["method"] == m) & (table["category"] == "all")]
-                   [["tau", "speedup"]].iloc[0].to_dict(),
-                   "final_val_tau": float(c["val/tau"].dropna().iloc[-1]) if "val/tau" in c and c["val/tau"].notna().any()
-                   else float("nan")} for m, (a, c) in alphas.items()]
+    alpha_rows = [{"alpha": a, "method": m, **_overall(table, m, ("tau", "speedup")),
+                   "final_val_tau": _last(c, "val/tau")} for m, (a, c) in alphas.items()]
     out = Path(cfg.out_dir)
     tmp = prepare_run_dir(str(out) + ".partial")
     df.drop(columns=["ids"]).to_parquet(tmp / "rows.parquet", index=False)

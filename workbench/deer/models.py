@@ -65,31 +65,54 @@ def load_target(spec: str, device: str | torch.device = "cpu") -> tuple[TriModeL
     return model, tok
 
 
+def keep_first_layers(model: TriModeLM, n_layers: int) -> TriModeLM:
+    """Drop every decoder layer of ``model`` after the first ``n_layers`` (in place; returns ``model``): a
+    smaller drafter initialised from a trained tri-mode model (embeddings, first layers, final norm, head).
+
+    Raises ``ValueError`` when the backbone has no ``model.layers`` list (Llama-style) or ``n_layers`` is not
+    in ``1..len(layers)``.
+    """
+    layers = getattr(getattr(model.backbone, "model", None), "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError("layer truncation needs a Llama-style backbone with backbone.model.layers")
+    if not 0 < n_layers <= len(layers):
+        raise ValueError(f"init_layers must be in 1..{len(layers)}, got {n_layers}")
+    model.backbone.model.layers = torch.nn.ModuleList(list(layers)[:n_layers])
+    model.backbone.config.num_hidden_layers = n_layers
+    return model
+
+
 def build_drafter(target: TriModeLM, target_tok: PreTrainedTokenizerBase, preset: str = "deer_drafter",
-                  drafter_init: str | None = None, seed: int = 0) -> tuple[TriModeLM, PreTrainedTokenizerBase]:
+                  drafter_init: str | None = None, seed: int = 0, init_layers: int | None = None
+                  ) -> tuple[TriModeLM, PreTrainedTokenizerBase]:
     """The drafter: fresh from ``preset`` (vocabulary size and specials of the target) or loaded from the
-    tri-mode checkpoint ``drafter_init``.
+    tri-mode checkpoint ``drafter_init`` (optionally keeping only its first ``init_layers`` layers).
 
     Args:
         target: the AR target (only its vocabulary size is read).
         target_tok: the target's tokenizer; a fresh drafter reuses it.
         preset: model preset of a fresh drafter (see :mod:`workbench.model.presets`).
-        drafter_init: optional checkpoint directory to start from instead.
+        drafter_init: optional checkpoint directory (or ``builtin:<name>``) to start from instead.
         seed: initialisation seed of a fresh drafter.
+        init_layers: keep the first ``init_layers`` decoder layers of ``drafter_init`` (:func:`keep_first_layers`).
 
     Returns ``(drafter, tokenizer)``.
 
     Raises:
-        ValueError: unknown preset.
+        ValueError: unknown preset, bad ``init_layers``.
         TokenizerMismatchError: ``drafter_init``'s tokenizer differs from the target's.
         CheckpointError: ``drafter_init`` is not a checkpoint directory.
     """
     if drafter_init:
-        from ..model.io import load_checkpoint
+        from ..evaluation.harness import load_model
 
-        drafter, tok, _ = load_checkpoint(drafter_init, device=target.device)
+        drafter, tok, _ = load_model(drafter_init, target.device)
         check_shared_tokenizer(target_tok, tok)
+        if init_layers:
+            keep_first_layers(drafter, init_layers)
         return drafter, tok
+    if init_layers:
+        raise ValueError("init_layers needs drafter_init (the checkpoint whose first layers are kept)")
     if preset not in PRESETS:
         raise ValueError(f"unknown drafter preset {preset!r}; valid: {', '.join(PRESETS)}")
     check_shared_tokenizer(target_tok, target_tok)          # needs [MASK] and [SEP]

@@ -54,7 +54,8 @@ def plot_alpha(curves: pd.DataFrame, finals: pd.DataFrame, path: str | Path, ema
             a.plot(tr["step"], tr["train/loss"].ewm(alpha=1 - ema).mean(), label=f"α = {alpha:g}")
         va = g.dropna(subset=["val/tau"]).sort_values("step") if "val/tau" in g else g.iloc[:0]
         if len(va):
-            b.plot(va["step"], va["val/tau"], marker="o", label=f"α = {alpha:g} (decoded τ {final.get(alpha, float('nan')):.2f})")
+            tau = final.get(alpha, float("nan"))
+            b.plot(va["step"], va["val/tau"], marker="o", label=f"α = {alpha:g} (decoded τ {tau:.2f})")
     a.set_xlabel("Stage II step")
     a.set_ylabel(f"training loss (EMA {ema})")
     a.set_title("Stage II loss (DEER Fig. 6)")

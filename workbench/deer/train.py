@@ -41,7 +41,9 @@ class DeerTrainConfig:
     drafter_preset: str = "deer_drafter"
     """Preset of a fresh stage-1 drafter."""
     drafter_init: str | None = None
-    """Start from this tri-mode checkpoint (required in stage 2: the stage-1 `drafter/` directory)."""
+    """Start from this tri-mode checkpoint or 'builtin:<name>' (required in stage 2: the stage-1 `drafter/`)."""
+    init_layers: int | None = None
+    """Keep only the first init_layers decoder layers of drafter_init (a smaller drafter from a trained model)."""
     out_dir: str = "runs/deer/stage1"
     """Run directory: config, CSV logs, checkpoints, metrics.json and the drafter in `drafter/`."""
     batch_size: int = 16
@@ -97,6 +99,8 @@ class DeerTrainConfig:
             raise ValueError(f"unknown DEER stage {self.stage!r}; valid: {', '.join(map(str, SPANS))}")
         if self.stage == 2 and not self.drafter_init:
             raise ValueError("stage 2 starts from the stage-1 drafter: set drafter_init to its drafter/ directory")
+        if self.init_layers is not None and (self.init_layers <= 0 or not self.drafter_init):
+            raise ValueError("init_layers must be positive and needs drafter_init")
         if self.drafter_init is None and self.drafter_preset not in PRESETS:
             raise ValueError(f"unknown drafter preset {self.drafter_preset!r}; valid: {', '.join(PRESETS)}")
         if self.noise not in NOISE:
@@ -125,7 +129,7 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
     (out / "config.yaml").write_text(yaml.safe_dump({**asdict(cfg), "target": target_spec}, sort_keys=False))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     target, tok = load_target(target_spec)
-    drafter, _ = build_drafter(target, tok, cfg.drafter_preset, cfg.drafter_init, cfg.seed)
+    drafter, _ = build_drafter(target, tok, cfg.drafter_preset, cfg.drafter_init, cfg.seed, cfg.init_layers)
     drafter.train()
     module = DeerModule(drafter, cfg.stage, int(tok.sep_token_id), int(tok.pad_token_id), alpha=cfg.alpha,
                         r_max=cfg.r_max, noise=cfg.noise, t_min=cfg.t_min, max_context=cfg.max_context,
@@ -148,7 +152,8 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
     wall = time.time() - t0
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     meta = {"deer_stage": cfg.stage, "preset": None if cfg.drafter_init else cfg.drafter_preset,
-            "init_from": cfg.drafter_init, "target": target_spec, "teacher": cfg.teacher,
+            "init_from": cfg.drafter_init, "init_layers": cfg.init_layers, "target": target_spec,
+            "teacher": cfg.teacher,
             "teacher_settings": settings, "train_config": asdict(cfg), "global_step": trainer.global_step,
             "parameters": count_parameters(drafter), "final_metrics": metrics}
     drafter.eval()
