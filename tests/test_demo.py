@@ -16,7 +16,8 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
                 "--progress_bar", "false", "--precision", "fp32",
                 "--collect_prompts", "30", "--collect_block_lengths", "[4,8]", "--sampler_block_length", "8",
                 "--sampler_epochs", "1", "--sampler_max_steps", "10", "--sweep_trials", "2",
-                "--sol_prompts", "3", "--sol_gen_len", "16", "--sol_block_lengths", "[4,8]")
+                "--sol_prompts", "3", "--sol_gen_len", "16", "--sol_block_lengths", "[4,8]",
+                "--lora_steps", "2", "--lora_prompts", "3")
     wall = time.time() - t0
     assert p.returncode == 0, p.stderr[-3000:]
     assert wall < 90, f"micro demo took {wall:.0f} s"
@@ -44,3 +45,9 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
     fr = pd.read_parquet(out / "frontier_results.parquet")
     assert "Speed of light" in report and (out / "sol" / "blocks.parquet").exists()
     assert {"confidence", "sampler"} <= set(fr["policy"]) and (fr[fr["policy"] == "sampler"]["tpf"] >= 1).all()
+    # the LoRA drafter stage (issue 6): with / without table, adapter in peft format, SOL vs linear SS
+    assert "LoRA drafter" in report and (out / "lora" / "adapter" / "adapter_config.json").exists()
+    gains = pd.read_parquet(out / "lora_eval" / "gains.parquet")
+    assert {"base", "lora"} <= set(gains["drafter"]) and (gains["agree_ar"] == 1.0).all()
+    sol = pd.read_parquet(out / "sol" / "summary_overall.parquet")
+    assert {"linear_ss_acceptance", "linear_ss_lora_acceptance"} <= set(sol.columns)

@@ -86,6 +86,12 @@ class DemoConfig:
     """Tokens reproduced per prompt in the SOL stage (a multiple of every block length)."""
     sol_block_lengths: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
     """Block lengths of the SOL stage."""
+    lora: bool = True
+    """Train a small LoRA drafter (NLD §3.3) and report linear self-speculation with / without it."""
+    lora_steps: int = 100
+    """Optimiser steps of the demo's LoRA drafter (``configs/lora_tiny.yaml`` otherwise)."""
+    lora_prompts: int = 16
+    """Held-out prompts of the self-speculation evaluation."""
     heldout_windows: int = 128
     """Validation windows (256 tokens) for the held-out loss."""
     batch_size: int = 16
@@ -175,12 +181,13 @@ def run_demo(cfg: DemoConfig) -> Path:
         collection = _collect(cfg, model_spec, run, final) if cfg.collect else None
         sampler_stage = _sampler_stage(cfg, model_spec, model, tok, prompts, ecfg, run) \
             if cfg.collect and cfg.sampler and cfg.sampler_block_length in cfg.collect_block_lengths else None
-        sol_stage = _sol_stage(cfg, model, tok, run) if cfg.sol else None
+        lora = _lora_stage(cfg, model_spec, run) if cfg.lora else None
+        sol_stage = _sol_stage(cfg, model, tok, run, lora["adapter"] if lora else None) if cfg.sol else None
         headline = _headline(summary)
         shown_model = str(model_spec).replace(str(run), str(final))
         metrics = {"model": shown_model, "parameters": n_params, "heldout": held, "splits": split_stats,
                    "n_prompts": len(prompts), "headline": headline, "targets": TARGETS, "collection": collection,
-                   "sampler": sampler_stage, "sol": sol_stage,
+                   "sampler": sampler_stage, "sol": sol_stage, "lora": lora,
                    "timing_s": {"corpus": t_corpus, "heldout": t_held, "evaluation": t_eval,
                                 "total": time.time() - t_start},
                    "device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -227,12 +234,20 @@ def _sampler_stage(cfg: DemoConfig, model_spec, model, tok, prompts, ecfg, run: 
     return {"samplers": samplers, "frontier": fr, "sweep": sw}
 
 
-def _sol_stage(cfg: DemoConfig, model, tok, run: Path) -> dict:
+def _lora_stage(cfg: DemoConfig, model_spec, run: Path) -> dict:
+    from .demo_drafters import lora_stage
+
+    segment = max(b for b in cfg.block_lengths if cfg.gen_len % b == 0)    # validated by EvalConfig
+    return lora_stage(str(model_spec), cfg.corpus, run, cfg.lora_steps, cfg.lora_prompts, cfg.prompt_len, cfg.gen_len,
+                      segment, cfg.precision, cfg.progress_bar)
+
+
+def _sol_stage(cfg: DemoConfig, model, tok, run: Path, adapter: str | None = None) -> dict:
     from .sol.run import SolConfig, run_sol_eval
 
     scfg = SolConfig(model=cfg.model, corpus=cfg.corpus, n_prompts=cfg.sol_prompts, prompt_len=cfg.prompt_len,
                      gen_len=cfg.sol_gen_len, block_lengths=list(cfg.sol_block_lengths), out_dir=str(run / "sol"),
-                     precision=cfg.precision, progress_bar=cfg.progress_bar)
+                     precision=cfg.precision, progress_bar=cfg.progress_bar, adapter=adapter)
     r = run_sol_eval(scfg, model, tok)
     b_max = max(cfg.sol_block_lengths)
     cat = r["summary"][r["summary"]["block_length"] == b_max]
@@ -242,12 +257,16 @@ def _sol_stage(cfg: DemoConfig, model, tok, run: Path) -> dict:
 
 def _sol_section(st: dict) -> list[str]:
     cols = ["block_length", "blocks", "sol_acceptance", "sol_real_tpf", "greedy_acceptance", "greedy_success_rate",
-            "confidence_tpf", "sol_over_confidence", "forced_commits_per_block", "budget_hits_per_block", "token_acc"]
+            "confidence_tpf", "sol_over_confidence", "linear_ss_acceptance", "linear_ss_real_tpf",
+            "linear_ss_lora_acceptance", "forced_commits_per_block", "budget_hits_per_block", "token_acc"]
+    cols = [c for c in cols if c in pd.DataFrame(st["overall"])]
     return ["## Speed of light (NLD §4, Table 4 / Fig. 7 analogue)", "",
             f"{st['n_prompts']} held-out prompts, {st['gen_len']} tokens each, decoded block by block; the serial target "
             "(k = 1) of each block is the sequence reproduced and becomes the next block's context. SOL = recursive "
             "dynamic compaction (depth 1, 5000 simulation forwards per block); greedy = commit every argmax matching "
-            "the target (fails when nothing matches); confidence = τ = 0.9 on the same blocks. `token_acc` = the serial "
+            "the target (fails when nothing matches); confidence = τ = 0.9 on the same blocks; linear SS = greedy linear "
+            "self-speculation with draft length k = B on the same contexts (τ = tokens per cycle, real TPF with its two "
+            "forwards per cycle; `_lora` with the demo's LoRA drafter). `token_acc` = the serial "
             "target's agreement with the real continuation. Results in `sol/`.", "",
             markdown_table(pd.DataFrame(st["overall"]), cols), "",
             "![SOL vs B](sol/sol_vs_B.png)", "", f"Per category at B = {st['block_length_max']}:", "",
@@ -352,6 +371,10 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
         from .demo_sampler import sampler_section
 
         lines += sampler_section(metrics["sampler"], cfg.sampler_block_length)
+    if metrics.get("lora"):
+        from .demo_drafters import lora_section
+
+        lines += lora_section(metrics["lora"])
     if metrics.get("sol"):
         lines += _sol_section(metrics["sol"])
     lines += ["## Files", "", "- `results.parquet`: one row per prompt × mode × policy × B × τ (metrics + text)",
