@@ -33,7 +33,8 @@ def plot_acceptance(cycles: pd.DataFrame, table: pd.DataFrame, path: str | Path)
     t = table[(table["method"] != "ar") & (table["category"] != "all")]
     piv = t.pivot(index="category", columns="method", values="tau")
     if len(piv):
-        piv.plot.bar(ax=b)
+        piv.plot.bar(ax=b, width=0.85)
+        b.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         b.set_ylabel("τ (tokens per cycle)")
         b.set_title("acceptance length by category")
         b.tick_params(axis="x", rotation=45)
