@@ -17,7 +17,8 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
                 "--collect_prompts", "30", "--collect_block_lengths", "[4,8]", "--sampler_block_length", "8",
                 "--sampler_epochs", "1", "--sampler_max_steps", "10", "--sweep_trials", "2",
                 "--sol_prompts", "3", "--sol_gen_len", "16", "--sol_block_lengths", "[4,8]",
-                "--lora_steps", "2", "--lora_prompts", "3")
+                "--lora_steps", "2", "--lora_prompts", "3",
+                "--deer_answers", "64", "--deer_stage1_steps", "2", "--deer_stage2_steps", "2", "--deer_prompts", "2")
     wall = time.time() - t0
     assert p.returncode == 0, p.stderr[-3000:]
     assert wall < 90, f"micro demo took {wall:.0f} s"
@@ -51,3 +52,7 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
     assert {"base", "lora"} <= set(gains["drafter"]) and (gains["agree_ar"] == 1.0).all()
     sol = pd.read_parquet(out / "sol" / "summary_overall.parquet")
     assert {"linear_ss_acceptance", "linear_ss_lora_acceptance"} <= set(sol.columns)
+    # the DEER stage (issue 7): teacher data, both stages, the τ table
+    assert "DEER" in report and (out / "deer" / "eval" / "by_category.parquet").exists()
+    deer = pd.read_parquet(out / "deer" / "eval" / "by_category.parquet")
+    assert {"ar", "deer", "deer_stage1", "linear_ss"} <= set(deer["method"]) and (deer["agree_ar"] == 1.0).all()

@@ -92,6 +92,16 @@ class DemoConfig:
     """Optimiser steps of the demo's LoRA drafter (``configs/lora_tiny.yaml`` otherwise)."""
     lora_prompts: int = 16
     """Held-out prompts of the self-speculation evaluation."""
+    deer: bool = True
+    """Run a short DEER alignment (teacher data, Stage I, Stage II) and report DEER decoding's τ."""
+    deer_answers: int = 256
+    """Teacher answers of the demo's DEER stage."""
+    deer_stage1_steps: int = 150
+    """Stage I optimiser steps of the demo's DEER drafter."""
+    deer_stage2_steps: int = 75
+    """Stage II optimiser steps of the demo's DEER drafter."""
+    deer_prompts: int = 8
+    """Held-out prompts of the DEER evaluation (batch 1)."""
     heldout_windows: int = 128
     """Validation windows (256 tokens) for the held-out loss."""
     batch_size: int = 16
@@ -183,11 +193,12 @@ def run_demo(cfg: DemoConfig) -> Path:
             if cfg.collect and cfg.sampler and cfg.sampler_block_length in cfg.collect_block_lengths else None
         lora = _lora_stage(cfg, model_spec, run) if cfg.lora else None
         sol_stage = _sol_stage(cfg, model, tok, run, lora["adapter"] if lora else None) if cfg.sol else None
+        deer = _deer_stage(cfg, model_spec, run, lora["adapter"] if lora else None) if cfg.deer else None
         headline = _headline(summary)
         shown_model = str(model_spec).replace(str(run), str(final))
         metrics = {"model": shown_model, "parameters": n_params, "heldout": held, "splits": split_stats,
                    "n_prompts": len(prompts), "headline": headline, "targets": TARGETS, "collection": collection,
-                   "sampler": sampler_stage, "sol": sol_stage, "lora": lora,
+                   "sampler": sampler_stage, "sol": sol_stage, "lora": lora, "deer": deer,
                    "timing_s": {"corpus": t_corpus, "heldout": t_held, "evaluation": t_eval,
                                 "total": time.time() - t_start},
                    "device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -240,6 +251,13 @@ def _lora_stage(cfg: DemoConfig, model_spec, run: Path) -> dict:
     segment = max(b for b in cfg.block_lengths if cfg.gen_len % b == 0)    # validated by EvalConfig
     return lora_stage(str(model_spec), cfg.corpus, run, cfg.lora_steps, cfg.lora_prompts, cfg.prompt_len, cfg.gen_len,
                       segment, cfg.precision, cfg.progress_bar)
+
+
+def _deer_stage(cfg: DemoConfig, model_spec, run: Path, adapter: str | None) -> dict:
+    from .demo_drafters import deer_stage
+
+    return deer_stage(str(model_spec), cfg.corpus, run, cfg.deer_answers, cfg.deer_stage1_steps, cfg.deer_stage2_steps,
+                      cfg.deer_prompts, cfg.prompt_len, cfg.gen_len, adapter, cfg.progress_bar)
 
 
 def _sol_stage(cfg: DemoConfig, model, tok, run: Path, adapter: str | None = None) -> dict:
@@ -377,6 +395,10 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
         lines += lora_section(metrics["lora"])
     if metrics.get("sol"):
         lines += _sol_section(metrics["sol"])
+    if metrics.get("deer"):
+        from .demo_drafters import deer_section
+
+        lines += deer_section(metrics["deer"])
     lines += ["## Files", "", "- `results.parquet`: one row per prompt × mode × policy × B × τ (metrics + text)",
               "- `summary.parquet`, `summary_by_category.parquet`: means", "- `metrics.json`: held-out losses, headline, timings",
               "- `config.json`: the resolved demo configuration", ""]
