@@ -112,7 +112,8 @@ def _quiet_libraries() -> None:
     hf_logging.set_verbosity_error()
     for name in ("pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=r".*(LeafSpec|litlogger|litmodels|does not have many workers|infer the batch indices).*")
+    warnings.filterwarnings("ignore", message=r".*(LeafSpec|litlogger|litmodels|does not have many workers|infer the batch indices"
+                                              r"|is_gradient_checkpointing).*")
 
 
 def _commands():

@@ -96,9 +96,9 @@ class DemoConfig:
     """Run a short DEER alignment (teacher data, Stage I, Stage II) and report DEER decoding's τ."""
     deer_answers: int = 256
     """Teacher answers of the demo's DEER stage."""
-    deer_stage1_steps: int = 150
+    deer_stage1_steps: int = 120
     """Stage I optimiser steps of the demo's DEER drafter."""
-    deer_stage2_steps: int = 75
+    deer_stage2_steps: int = 60
     """Stage II optimiser steps of the demo's DEER drafter."""
     deer_prompts: int = 8
     """Held-out prompts of the DEER evaluation (batch 1)."""

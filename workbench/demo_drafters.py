@@ -30,7 +30,8 @@ def lora_stage(model_spec: str, corpus: str, run: Path, steps: int, n_prompts: i
     ev = run / "lora_eval"
     ev.mkdir(parents=True, exist_ok=True)
     opts = EvalOptions(corpus=corpus, n_prompts=n_prompts, prompt_len=prompt_len, gen_len=gen_len, draft_lengths=[8],
-                       block_length=segment, precision="fp32" if precision == "fp32" else precision, progress_bar=progress_bar,
+                       # fp32: in bf16 the (k + 1)-token verify forward rounds differently from one-token AR steps
+                       block_length=segment, precision="fp32", progress_bar=progress_bar,
                        device="cpu")
     r = evaluate_to(opts, str(model_spec), {"base": None, "lora": str(adapter)}, ev)
     train = json.loads((run / "lora" / "metrics.json").read_text())
