@@ -250,7 +250,7 @@ def _lora_stage(cfg: DemoConfig, model_spec, run: Path) -> dict:
 
     segment = max(b for b in cfg.block_lengths if cfg.gen_len % b == 0)    # validated by EvalConfig
     return lora_stage(str(model_spec), cfg.corpus, run, cfg.lora_steps, cfg.lora_prompts, cfg.prompt_len, cfg.gen_len,
-                      segment, cfg.precision, cfg.progress_bar)
+                      segment, cfg.progress_bar)
 
 
 def _deer_stage(cfg: DemoConfig, model_spec, run: Path, adapter: str | None) -> dict:

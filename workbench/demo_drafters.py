@@ -13,7 +13,7 @@ LORA_CONFIG = Path(__file__).parent / "configs" / "lora_tiny.yaml"
 
 
 def lora_stage(model_spec: str, corpus: str, run: Path, steps: int, n_prompts: int, prompt_len: int, gen_len: int,
-               segment: int, precision: str, progress_bar: bool) -> dict:
+               segment: int, progress_bar: bool) -> dict:
     """Train a LoRA drafter (``configs/lora_tiny.yaml`` shortened to ``steps``) on ``model_spec`` and evaluate
     greedy linear (k = 8) and quadratic (k = 4) self-speculation with and without it on held-out prompts,
     real-context (context reset to the real text every ``segment`` tokens) and free-running. Writes ``run/lora/`` (training run, ``adapter/``) and ``run/lora_eval/``."""
