@@ -39,7 +39,8 @@ class DemoConfig:
     model: str = "builtin:tiny"
     """Checkpoint to evaluate: 'builtin:tiny' (shipped) or a local Hugging Face checkpoint directory."""
     retrain: bool = False
-    """Reproduce the model from scratch first with ``train_config`` (long on a CPU)."""
+    """Reproduce the model from scratch first with ``train_config`` (long on a CPU; default: both legs of
+    the shipped model, ``configs/tiny.yaml`` then ``configs/tiny_continue.yaml``)."""
     train_config: str | None = None
     """YAML of the retraining run (default: the packaged configs/tiny.yaml)."""
     out_dir: str = "runs/demo"
@@ -119,13 +120,21 @@ class DemoConfig:
 
 
 def _retrain(cfg: DemoConfig, run: Path) -> str:
+    """Train the model to evaluate: ``cfg.train_config``, or by default the shipped model's two legs
+    (``configs/tiny.yaml`` then ``configs/tiny_continue.yaml`` from its output)."""
     from .cli import parse_dataclass
     from .train.lm import LMTrainConfig, train_lm
 
-    yaml_path = cfg.train_config or str(Path(__file__).parent / "configs" / "tiny.yaml")
-    tcfg = parse_dataclass("train", LMTrainConfig, ["--config", yaml_path, "--out_dir", str(run / "train"),
-                                                   "--corpus", cfg.corpus, "--progress_bar", str(cfg.progress_bar).lower()])
-    return str(train_lm(tcfg))
+    configs = Path(__file__).parent / "configs"
+    legs = [cfg.train_config] if cfg.train_config else [str(configs / "tiny.yaml"), str(configs / "tiny_continue.yaml")]
+    model = None
+    for i, yaml_path in enumerate(legs):
+        argv = ["--config", yaml_path, "--out_dir", str(run / ("train" if i == 0 else f"train_leg{i + 1}")),
+                "--corpus", cfg.corpus, "--progress_bar", str(cfg.progress_bar).lower()]
+        if model is not None:
+            argv += ["--init_from", model]
+        model = str(train_lm(parse_dataclass("train", LMTrainConfig, argv)))
+    return model
 
 
 def run_demo(cfg: DemoConfig) -> Path:
@@ -336,9 +345,12 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
               f"Target AR loss ≤ {TARGETS['heldout_ar']} nats/byte: **{ok(held['ar_nats_per_token'] <= TARGETS['heldout_ar'])}**.", ""]
     if meta.get("global_step"):
         tc = meta.get("train_config", {})
+        legs = meta.get("legs", [])
         lines += [f"Trained for {meta['global_step']} optimiser steps (stage 1 AR-only: {tc.get('stage1_steps')} steps; "
                   f"stage 2 α = {tc.get('alpha')}), batch {tc.get('batch_size')} × {tc.get('seq_len')} tokens, "
-                  f"block lengths {tc.get('block_lengths')}, {tc.get('averaging')} loss averaging.", ""]
+                  f"block lengths {tc.get('block_lengths')}, {tc.get('averaging')} loss averaging"
+                  + (" in " + " + ".join(f"{leg['steps']} steps of `{leg['config']}`" for leg in legs) if legs else "")
+                  + ".", ""]
     if has_curves:
         lines += ["![training curves](training_curves.png)", ""]
     lines += [f"## Headline: diffusion mode, B = {b}, τ = {t}", "",
