@@ -47,7 +47,7 @@ class DemoConfig:
     """Run directory (created; an existing demo there is replaced)."""
     corpus: str = "stdlib"
     """Corpus: 'stdlib', a directory of source files, or a .txt / .jsonl file."""
-    n_prompts: int = 32
+    n_prompts: int = 24
     """Held-out code-continuation prompts."""
     prompt_len: int = 192
     """Maximum prompt length (tokens)."""
@@ -89,17 +89,17 @@ class DemoConfig:
     """Block lengths of the SOL stage."""
     lora: bool = True
     """Train a small LoRA drafter (NLD §3.3) and report linear self-speculation with / without it."""
-    lora_steps: int = 100
+    lora_steps: int = 60
     """Optimiser steps of the demo's LoRA drafter (``configs/lora_tiny.yaml`` otherwise)."""
     lora_prompts: int = 16
     """Held-out prompts of the self-speculation evaluation."""
     deer: bool = True
     """Run a short DEER alignment (teacher data, Stage I, Stage II) and report DEER decoding's τ."""
-    deer_answers: int = 256
+    deer_answers: int = 128
     """Teacher answers of the demo's DEER stage."""
-    deer_stage1_steps: int = 120
+    deer_stage1_steps: int = 60
     """Stage I optimiser steps of the demo's DEER drafter."""
-    deer_stage2_steps: int = 60
+    deer_stage2_steps: int = 30
     """Stage II optimiser steps of the demo's DEER drafter."""
     deer_prompts: int = 8
     """Held-out prompts of the DEER evaluation (batch 1)."""
