@@ -61,7 +61,7 @@ class DemoConfig:
     """Context modes: 'real' and/or 'free'."""
     collect: bool = True
     """Collect a trajectory store from the model (``workbench collect``) and report it."""
-    collect_prompts: int = 256
+    collect_prompts: int = 224
     """Prompts of the demo's trajectory collection (4 blocks each, per block length)."""
     collect_block_lengths: list[int] = field(default_factory=lambda: [8, 32])
     """Block lengths of the demo's trajectory store."""
@@ -91,7 +91,7 @@ class DemoConfig:
     """Train a small LoRA drafter (NLD §3.3) and report linear self-speculation with / without it."""
     lora_steps: int = 60
     """Optimiser steps of the demo's LoRA drafter (``configs/lora_tiny.yaml`` otherwise)."""
-    lora_prompts: int = 16
+    lora_prompts: int = 12
     """Held-out prompts of the self-speculation evaluation."""
     deer: bool = True
     """Run a short DEER alignment (teacher data, Stage I, Stage II) and report DEER decoding's τ."""
