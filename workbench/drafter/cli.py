@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..decoding.base import DecodeError
+from ..speculative.adapter import check_adapter_dir
 
 SUBCOMMANDS = ("eval", "ablation")
 
@@ -59,15 +59,9 @@ class EvalOptions:
 
     def validate(self) -> None:
         """Raise a one-line ``ValueError`` / ``DecodeError`` for inconsistent options."""
-        for m in self.modes:
-            if m not in ("real", "free"):
-                raise ValueError(f"unknown context mode {m!r}; valid: real, free")
-        if "real" in self.modes and (self.block_length <= 0 or self.gen_len % self.block_length):
-            raise DecodeError(f"block length {self.block_length} must be positive and divide gen_len {self.gen_len}")
-        if not self.draft_lengths or min(self.draft_lengths) < 1:
-            raise DecodeError(f"draft lengths must be ≥ 1, got {self.draft_lengths}")
-        if self.temperature < 0 or self.batch_size <= 0 or self.n_prompts <= 0:
-            raise ValueError("need temperature ≥ 0, batch_size > 0 and n_prompts > 0")
+        from ..speculative.cli import check_speculation_options
+
+        check_speculation_options(self, list(self.draft_lengths))
 
 
 @dataclass
@@ -86,9 +80,7 @@ class DrafterEvalConfig(EvalOptions):
         out: dict[str, str | None] = {"base": None} if self.include_base else {}
         for spec in self.adapters:
             name, _, path = spec.rpartition("=")
-            p = Path(path)
-            if not (p / "adapter_config.json").is_file():
-                raise FileNotFoundError(f"{p} is not a peft adapter directory (no adapter_config.json)")
+            p = check_adapter_dir(path)
             out[name or (p.parent.name if p.name == "adapter" else p.name)] = str(p)
         if not out:
             raise ValueError("nothing to evaluate: give --adapters or keep --include_base true")

@@ -11,9 +11,9 @@ import json
 import shutil
 from pathlib import Path
 
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import LoraConfig, get_peft_model
 
-from ..speculative.adapter import has_adapter
+from ..speculative.adapter import has_adapter, load_adapter  # noqa: F401  (re-exported for the drafter API)
 
 #: Written next to the peft files: how the adapter was trained (base model, loss, metrics).
 DRAFTER_JSON = "drafter.json"
@@ -39,18 +39,6 @@ def add_lora(model, rank: int, alpha: float, dropout: float = 0.0, target_module
     cfg = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
                      bias="none")
     model.backbone = get_peft_model(model.backbone, cfg)
-    return model
-
-
-def load_adapter(model, adapter_dir: str | Path, trainable: bool = False):
-    """Attach the peft adapter saved in ``adapter_dir`` to ``model.backbone`` (in place) and return ``model``.
-
-    Raises ``FileNotFoundError`` if ``adapter_dir`` holds no ``adapter_config.json``.
-    """
-    d = Path(adapter_dir)
-    if not (d / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"{d} is not a peft adapter directory (no adapter_config.json)")
-    model.backbone = PeftModel.from_pretrained(model.backbone, d, is_trainable=trainable)
     return model
 
 

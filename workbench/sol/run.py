@@ -76,8 +76,10 @@ class SolConfig:
                 raise DecodeError(f"block length {b} must be positive and divide gen_len {self.gen_len}")
         if self.depth < 1 or self.budget < 0 or self.max_rows < 1:
             raise ValueError("need depth ≥ 1, budget ≥ 0 and max_rows ≥ 1")
-        if self.adapter and not (Path(self.adapter) / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"no peft adapter in {self.adapter} (adapter_config.json missing)")
+        if self.adapter:
+            from ..speculative.adapter import check_adapter_dir
+
+            check_adapter_dir(self.adapter)
 
 
 def summarize_blocks(blocks: pd.DataFrame, by: list[str]) -> pd.DataFrame:

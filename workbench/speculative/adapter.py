@@ -7,6 +7,7 @@ function can call them unconditionally.
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 from peft import PeftModel
 
@@ -20,3 +21,20 @@ def verifier_mode(model):
     """Context manager: forwards inside run without the adapter (the AR verifier / prefix KV cache)."""
     return model.backbone.disable_adapter() if has_adapter(model) else contextlib.nullcontext()
 
+
+
+def check_adapter_dir(adapter_dir) -> Path:
+    """``adapter_dir`` as a Path; raises ``FileNotFoundError`` if it holds no peft ``adapter_config.json``."""
+    d = Path(adapter_dir)
+    if not (d / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{d} is not a peft adapter directory (no adapter_config.json)")
+    return d
+
+
+def load_adapter(model, adapter_dir, trainable: bool = False):
+    """Attach the peft adapter saved in ``adapter_dir`` to ``model.backbone`` (in place) and return ``model``.
+
+    Raises ``FileNotFoundError`` if ``adapter_dir`` holds no ``adapter_config.json``.
+    """
+    model.backbone = PeftModel.from_pretrained(model.backbone, check_adapter_dir(adapter_dir), is_trainable=trainable)
+    return model

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..decoding.base import DecodeError
+from .adapter import check_adapter_dir, load_adapter
 
 
 @dataclass
@@ -64,33 +65,32 @@ class SpeculateConfig:
 
     def validate(self) -> None:
         """Raise a one-line ``ValueError`` / ``DecodeError`` for inconsistent options."""
-        for m in self.modes:
-            if m not in ("real", "free"):
-                raise ValueError(f"unknown context mode {m!r}; valid: real, free")
-        if "real" in self.modes and (self.block_length <= 0 or self.gen_len % self.block_length):
-            raise DecodeError(f"block length {self.block_length} must be positive and divide gen_len {self.gen_len}")
-        for k in list(self.draft_lengths) + list(self.quadratic_draft_lengths):
-            if k < 1:
-                raise DecodeError(f"draft lengths must be ≥ 1, got {k}")
+        check_speculation_options(self, list(self.draft_lengths) + list(self.quadratic_draft_lengths))
         for lam in self.ensemble_lambdas:
             if not 0.0 <= lam <= 1.0:
                 raise DecodeError(f"ensemble_lambda must be in [0, 1], got {lam}")
-        if self.temperature < 0 or self.batch_size <= 0 or self.n_prompts <= 0:
-            raise ValueError("need temperature ≥ 0, batch_size > 0 and n_prompts > 0")
-        if self.adapter and not (Path(self.adapter) / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"no peft adapter in {self.adapter} (adapter_config.json missing)")
+        if self.adapter:
+            check_adapter_dir(self.adapter)
+
+
+def check_speculation_options(cfg, draft_lengths: list[int]) -> None:
+    """Shared checks of the speculation evaluation configs (``modes``, ``block_length``, ``gen_len``,
+    ``temperature``, ``batch_size``, ``n_prompts`` attributes of ``cfg``). Raises a one-line ``ValueError``
+    or :class:`~workbench.decoding.base.DecodeError`."""
+    for m in cfg.modes:
+        if m not in ("real", "free"):
+            raise ValueError(f"unknown context mode {m!r}; valid: real, free")
+    if "real" in cfg.modes and (cfg.block_length <= 0 or cfg.gen_len % cfg.block_length):
+        raise DecodeError(f"block length {cfg.block_length} must be positive and divide gen_len {cfg.gen_len}")
+    if not draft_lengths or min(draft_lengths) < 1:
+        raise DecodeError(f"draft lengths must be ≥ 1, got {draft_lengths}")
+    if cfg.temperature < 0 or cfg.batch_size <= 0 or cfg.n_prompts <= 0:
+        raise ValueError("need temperature ≥ 0, batch_size > 0 and n_prompts > 0")
 
 
 def attach_adapter(model, adapter_dir: str):
-    """Load a peft LoRA adapter onto ``model.backbone`` (``PeftModel.from_pretrained``) and put it back as
-    ``model.backbone``; returns ``model``. Raises ``FileNotFoundError`` if ``adapter_dir`` holds no
-    ``adapter_config.json``."""
-    from peft import PeftModel
-
-    path = Path(adapter_dir)
-    if not (path / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"no peft adapter in {path} (adapter_config.json missing)")
-    model.backbone = PeftModel.from_pretrained(model.backbone, str(path)).eval()
+    """:func:`~workbench.speculative.adapter.load_adapter` for inference (frozen, eval mode); returns ``model``."""
+    load_adapter(model, adapter_dir).backbone.eval()
     return model
 
 
