@@ -20,3 +20,13 @@ def prepare_run_dir(path: str | os.PathLike) -> Path:
     except OSError as e:
         raise RunDirError(f"run directory {p} is not writable ({e.strerror or e}); choose another --out_dir") from None
     return p
+
+
+def step_generator(seed: int, step: int, salt: int):
+    """A CPU ``torch.Generator`` seeded by ``(seed, step, salt)``: the random draws of a training or
+    validation step depend only on the run seed and the step, so a resumed run repeats them exactly."""
+    import torch
+
+    g = torch.Generator()
+    g.manual_seed(((seed * 1_000_003 + step) * 97 + salt) % (2**63 - 1))
+    return g

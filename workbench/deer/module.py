@@ -26,13 +26,8 @@ from .attention import draft_block_logits
 from .batches import build_span_batch
 from .losses import deer_loss, leading_matches
 from .masking import WEIGHTS, get_noise, get_spans, mask_span, stage1_spans
+from ..utils import step_generator
 
-
-def step_generator(seed: int, step: int, salt: int) -> torch.Generator:
-    """A CPU generator seeded by ``(seed, step, salt)``."""
-    g = torch.Generator()
-    g.manual_seed(((seed * 1_000_003 + step) * 97 + salt) % (2**63 - 1))
-    return g
 
 
 class DeerModule(pl.LightningModule):

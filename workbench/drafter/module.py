@@ -26,12 +26,8 @@ import torch
 from ..speculative import greedy_accept
 from .draft import draft_and_verify, left_pad_prefixes
 from .losses import active_mask, block_mean, combine, expected_accepted, position_terms
+from ..utils import step_generator
 
-
-def _generator(seed: int, step: int, salt: int) -> torch.Generator:
-    g = torch.Generator()
-    g.manual_seed(((seed * 1_000_003 + step) * 97 + salt) % (2**63 - 1))
-    return g
 
 
 class LoraDrafterModule(pl.LightningModule):
@@ -70,7 +66,7 @@ class LoraDrafterModule(pl.LightningModule):
     # ------------------------------------------------------------------ steps
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         c = self.cfg
-        g = _generator(c.seed, self.global_step, 1)
+        g = step_generator(c.seed, self.global_step, 1)
         prefix, valid = self._prefixes(batch, g)
         sample_rows = (torch.rand(prefix.shape[0], generator=g) < c.sample_fraction).to(prefix.device)
         cyc = draft_and_verify(self.model, prefix, valid, c.draft_length, sample_rows, c.draft_temperature, g)

@@ -25,7 +25,7 @@ from ..model.noise import mask_blocks
 from ..model.presets import PRESETS, preset_config
 from ..model.trimode import TriModeLM
 from ..tokenizer import MASK_ID, byte_tokenizer
-from ..utils import RunDirError, prepare_run_dir
+from ..utils import RunDirError, prepare_run_dir, step_generator
 
 
 @dataclass
@@ -100,11 +100,6 @@ class LMTrainConfig:
             raise ValueError(f"stage1_steps ({self.stage1_steps}) must lie in [0, max_steps={self.max_steps}]")
 
 
-def _generator(seed: int, step: int, salt: int) -> torch.Generator:
-    g = torch.Generator()
-    g.manual_seed(((seed * 1_000_003 + step) * 97 + salt) % (2**63 - 1))
-    return g
-
 
 class TriModeLMModule(pl.LightningModule):
     """Loss, two-stage schedule, metrics and logging for a :class:`TriModeLM`.
@@ -129,7 +124,7 @@ class TriModeLMModule(pl.LightningModule):
             loss = l_ar = ar_loss(self.model.causal_logits(batch), batch, averaging=self.cfg.averaging)
             self.log_dict({"train/ar_loss": l_ar, "train/stage": 1.0}, prog_bar=True)
         else:
-            g = _generator(self.cfg.seed, step, 1)
+            g = step_generator(self.cfg.seed, step, 1)
             b = self.cfg.block_lengths[int(torch.randint(len(self.cfg.block_lengths), (1,), generator=g))]
             noisy, masked, t = mask_blocks(batch.cpu(), b, self.model.mask_token_id, self.cfg.t_min, g)
             noisy, masked, t = noisy.to(batch.device), masked.to(batch.device), t.to(batch.device)
@@ -145,7 +140,7 @@ class TriModeLMModule(pl.LightningModule):
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
         b = self.cfg.val_block_length
-        g = _generator(self.cfg.seed, 10**9 + batch_idx, 2)
+        g = step_generator(self.cfg.seed, 10**9 + batch_idx, 2)
         noisy, masked, t = mask_blocks(batch.cpu(), b, self.model.mask_token_id, self.cfg.t_min, g)
         noisy, masked, t = noisy.to(batch.device), masked.to(batch.device), t.to(batch.device)
         # the clean half of the dual stream is the plain causal forward (tests/test_masks.py)
