@@ -73,10 +73,11 @@ class DemoConfig:
     """Train the confidence sampler + MLP ablation on the store, compare frontiers, run a short sweep."""
     sampler_block_length: int = 32
     """Block length of the sampler stage (NLD Fig. 8 uses 32)."""
-    sampler_epochs: int = 4
-    """Sampler training epochs (early stopping on held-out AUC)."""
-    sampler_max_steps: int = 300
-    """Cap on sampler optimiser steps."""
+    sampler_epochs: int = 2
+    """Sampler training epochs (early stopping on held-out AUC; each epoch ends with a validation)."""
+    sampler_max_steps: int = -1
+    """Cap on sampler optimiser steps (-1 = none). A cap that ends training mid-epoch wastes the steps after
+    the last validation, since the best-AUC checkpoint is the one kept."""
     sweep_trials: int = 6
     """Trials of the demo's Optuna threshold sweep (0 = skip)."""
     sol: bool = True

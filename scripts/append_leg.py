@@ -1,0 +1,94 @@
+"""Ship a continuation run as the next training leg of a shipped model (e.g. ``workbench/assets/tiny``).
+
+A leg is a ``workbench train lm --init_from <shipped model>`` run. This copies the run's final weights over
+the shipped model and extends its records so the model stays reproducible and its history readable:
+
+- ``workbench.json``: ``global_step`` becomes the total over all legs, ``final_metrics`` the new leg's, and
+  ``legs`` gains ``{"config", "steps", "train_config"}`` of the new leg (the first leg keeps the top-level
+  ``preset`` / ``train_config``);
+- ``training_log.csv``: the new leg's Lightning CSV log is appended with its steps offset by the steps
+  already shipped, so one curve covers the whole training.
+
+Usage::
+
+    .venv/bin/python scripts/append_leg.py --shipped workbench/assets/tiny --run runs/leg3 \\
+        --config configs/tiny_leg3.yaml
+
+Nothing is changed unless the whole new directory was written (staged next to ``--shipped``, then swapped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+WEIGHT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                "tokenizer_config.json")
+
+
+def append_leg(shipped: Path, run: Path, config: str) -> dict:
+    """Write ``shipped`` + the leg in ``run``; returns the new ``workbench.json``.
+
+    Raises ``FileNotFoundError`` when ``run/model`` or a shipped record is missing, ``ValueError`` when the
+    run did not start from a model with the shipped vocabulary / mask token.
+    """
+    model = run / "model"
+    for p in (shipped / "workbench.json", shipped / "training_log.csv", model / "workbench.json",
+              model / "model.safetensors"):
+        if not p.exists():
+            raise FileNotFoundError(f"{p} is missing: --shipped must be a shipped model and --run a finished "
+                                    "`workbench train lm` run directory")
+    old = json.loads((shipped / "workbench.json").read_text())
+    leg = json.loads((model / "workbench.json").read_text())
+    if leg.get("mask_token_id") != old.get("mask_token_id") or not leg.get("init_from"):
+        raise ValueError(f"{run} is not a continuation of {shipped} (no init_from or a different mask token)")
+    legs = old.get("legs") or [{"config": "(first leg)", "steps": old["global_step"],
+                                "train_config": old.get("train_config")}]
+    legs = legs + [{"config": config, "steps": leg["global_step"], "train_config": leg["train_config"]}]
+    new = {**old, "final_metrics": leg["final_metrics"], "global_step": old["global_step"] + leg["global_step"],
+           "legs": legs}
+
+    log_old = pd.read_csv(shipped / "training_log.csv")
+    log_new = pd.read_csv(run / "logs" / "version_0" / "metrics.csv")
+    log_new["step"] = log_new["step"] + old["global_step"]
+    log = pd.concat([log_old, log_new], ignore_index=True)
+
+    stage = shipped.with_name(shipped.name + ".staging")
+    shutil.rmtree(stage, ignore_errors=True)
+    shutil.copytree(shipped, stage)
+    for name in WEIGHT_FILES:
+        if (model / name).exists():
+            shutil.copy(model / name, stage / name)
+    (stage / "workbench.json").write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
+    log.to_csv(stage / "training_log.csv", index=False)
+    backup = shipped.with_name(shipped.name + ".old")
+    shutil.rmtree(backup, ignore_errors=True)
+    shipped.rename(backup)
+    stage.rename(shipped)
+    shutil.rmtree(backup)
+    return new
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shipped", type=Path, required=True, help="shipped model directory to extend")
+    ap.add_argument("--run", type=Path, required=True, help="finished continuation run (has model/ and logs/)")
+    ap.add_argument("--config", required=True, help="the leg's config, as recorded (e.g. configs/tiny_leg3.yaml)")
+    a = ap.parse_args(argv)
+    try:
+        new = append_leg(a.shipped, a.run, a.config)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{a.shipped}: {new['global_step']} steps in {len(new['legs'])} legs; "
+          f"val/ar_loss {new['final_metrics'].get('val/ar_loss'):.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
