@@ -56,3 +56,25 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
     assert "DEER" in report and (out / "deer" / "eval" / "by_category.parquet").exists()
     deer = pd.read_parquet(out / "deer" / "eval" / "by_category.parquet")
     assert {"ar", "deer", "deer_stage1", "linear_ss"} <= set(deer["method"]) and (deer["agree_ar"] == 1.0).all()
+
+
+def test_shipped_legs_chain():
+    """`demo --retrain` runs the shipped model's legs: each config parses, validates, and every leg after
+    the first starts from the previous leg's model (the shipped workbench.json records the same legs)."""
+    from pathlib import Path
+
+    from workbench.cli import parse_dataclass
+    from workbench.demo import SHIPPED_LEGS
+    from workbench.train.lm import LMTrainConfig
+
+    root = Path(__file__).resolve().parents[1] / "workbench"
+    configs = root / "configs"
+    cfgs = [parse_dataclass("train", LMTrainConfig, ["--config", str(configs / n)]) for n in SHIPPED_LEGS]
+    for c in cfgs:
+        c.validate()
+    assert cfgs[0].init_from is None
+    for prev, cur in zip(cfgs, cfgs[1:]):
+        assert cur.init_from == f"{prev.out_dir}/model", (prev.out_dir, cur.init_from)
+    meta = json.loads((root / "assets" / "tiny" / "workbench.json").read_text())
+    assert [leg["config"] for leg in meta["legs"]] == [f"configs/{n}" for n in SHIPPED_LEGS]
+    assert sum(leg["steps"] for leg in meta["legs"]) == meta["global_step"]

@@ -29,6 +29,8 @@ from .tokenizer import is_byte_tokenizer
 from .utils import prepare_run_dir
 
 HEADLINE = {"block_length": 16, "threshold": 0.9}
+SHIPPED_LEGS = ("tiny.yaml", "tiny_continue.yaml", "tiny_leg3.yaml")
+"""The training legs of the shipped ``tiny`` model, in order (``workbench/configs``); ``--retrain`` runs them."""
 TARGETS = {"heldout_ar": 1.0, "tpf": 1.5, "agree_serial": 0.95}
 
 
@@ -39,8 +41,8 @@ class DemoConfig:
     model: str = "builtin:tiny"
     """Checkpoint to evaluate: 'builtin:tiny' (shipped) or a local Hugging Face checkpoint directory."""
     retrain: bool = False
-    """Reproduce the model from scratch first with ``train_config`` (long on a CPU; default: both legs of
-    the shipped model, ``configs/tiny.yaml`` then ``configs/tiny_continue.yaml``)."""
+    """Reproduce the model from scratch first with ``train_config`` (long on a CPU; default: the three legs
+    of the shipped model, ``configs/tiny.yaml``, ``tiny_continue.yaml``, ``tiny_leg3.yaml``)."""
     train_config: str | None = None
     """YAML of the retraining run (default: the packaged configs/tiny.yaml)."""
     out_dir: str = "runs/demo"
@@ -121,13 +123,13 @@ class DemoConfig:
 
 
 def _retrain(cfg: DemoConfig, run: Path) -> str:
-    """Train the model to evaluate: ``cfg.train_config``, or by default the shipped model's two legs
-    (``configs/tiny.yaml`` then ``configs/tiny_continue.yaml`` from its output)."""
+    """Train the model to evaluate: ``cfg.train_config``, or by default the shipped model's legs
+    (:data:`SHIPPED_LEGS`, each starting from the previous leg's output)."""
     from .cli import parse_dataclass
     from .train.lm import LMTrainConfig, train_lm
 
     configs = Path(__file__).parent / "configs"
-    legs = [cfg.train_config] if cfg.train_config else [str(configs / "tiny.yaml"), str(configs / "tiny_continue.yaml")]
+    legs = [cfg.train_config] if cfg.train_config else [str(configs / name) for name in SHIPPED_LEGS]
     model = None
     for i, yaml_path in enumerate(legs):
         argv = ["--config", yaml_path, "--out_dir", str(run / ("train" if i == 0 else f"train_leg{i + 1}")),
