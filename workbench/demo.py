@@ -349,10 +349,12 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
     if meta.get("global_step"):
         tc = meta.get("train_config", {})
         legs = meta.get("legs", [])
+        joint = f"stage 2 α = {tc.get('alpha')}" if not legs else "then joint, α per leg"
         lines += [f"Trained for {meta['global_step']} optimiser steps (stage 1 AR-only: {tc.get('stage1_steps')} steps; "
-                  f"stage 2 α = {tc.get('alpha')}), batch {tc.get('batch_size')} × {tc.get('seq_len')} tokens, "
+                  f"{joint}), batch {tc.get('batch_size')} × {tc.get('seq_len')} tokens, "
                   f"block lengths {tc.get('block_lengths')}, {tc.get('averaging')} loss averaging"
-                  + (" in " + " + ".join(f"{leg['steps']} steps of `{leg['config']}`" for leg in legs) if legs else "")
+                  + (" in " + " + ".join(f"{leg['steps']} steps of `{leg['config']}` (α = {leg['train_config']['alpha']})"
+                                         for leg in legs) if legs else "")
                   + ".", ""]
     if has_curves:
         lines += ["![training curves](training_curves.png)", ""]
