@@ -6,7 +6,8 @@ the shipped model and extends its records so the model stays reproducible and it
 - ``workbench.json``: ``global_step`` becomes the total over all legs, ``final_metrics`` the new leg's, and
   ``legs`` gains ``{"config", "steps", "train_config"}`` of the new leg (the first leg keeps the top-level
   ``preset`` / ``train_config``);
-- ``training_log.csv``: the new leg's Lightning CSV log is appended with its steps offset by the steps
+- ``training_log.csv``: the new leg's training log (``run/model/training_log.csv``, which ``train_lm`` copies from
+  its Lightning CSV log) is appended with its steps offset by the steps
   already shipped, so one curve covers the whole training.
 
 Usage::
@@ -39,7 +40,7 @@ def append_leg(shipped: Path, run: Path, config: str) -> dict:
     """
     model = run / "model"
     for p in (shipped / "workbench.json", shipped / "training_log.csv", model / "workbench.json",
-              model / "model.safetensors"):
+              model / "model.safetensors", model / "training_log.csv"):
         if not p.exists():
             raise FileNotFoundError(f"{p} is missing: --shipped must be a shipped model and --run a finished "
                                     "`workbench train lm` run directory")
@@ -54,7 +55,7 @@ def append_leg(shipped: Path, run: Path, config: str) -> dict:
            "legs": legs}
 
     log_old = pd.read_csv(shipped / "training_log.csv")
-    log_new = pd.read_csv(run / "logs" / "version_0" / "metrics.csv")
+    log_new = pd.read_csv(model / "training_log.csv")
     log_new["step"] = log_new["step"] + old["global_step"]
     log = pd.concat([log_old, log_new], ignore_index=True)
 
@@ -77,7 +78,7 @@ def append_leg(shipped: Path, run: Path, config: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shipped", type=Path, required=True, help="shipped model directory to extend")
-    ap.add_argument("--run", type=Path, required=True, help="finished continuation run (has model/ and logs/)")
+    ap.add_argument("--run", type=Path, required=True, help="finished continuation run (has model/)")
     ap.add_argument("--config", required=True, help="the leg's config, as recorded (e.g. configs/tiny_leg3.yaml)")
     a = ap.parse_args(argv)
     try:

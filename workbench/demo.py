@@ -44,7 +44,7 @@ class DemoConfig:
     """Reproduce the model from scratch first with ``train_config`` (long on a CPU; default: the three legs
     of the shipped model, ``configs/tiny.yaml``, ``tiny_continue.yaml``, ``tiny_leg3.yaml``)."""
     train_config: str | None = None
-    """YAML of the retraining run (default: the packaged configs/tiny.yaml)."""
+    """YAML of a single retraining run (default: the shipped model's legs, :data:`SHIPPED_LEGS`)."""
     out_dir: str = "runs/demo"
     """Run directory (created; an existing demo there is replaced)."""
     corpus: str = "stdlib"

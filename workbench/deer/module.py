@@ -22,12 +22,11 @@ import pytorch_lightning as pl
 import torch
 
 from ..model.trimode import TriModeLM
+from ..utils import step_generator
 from .attention import draft_block_logits
 from .batches import build_span_batch
 from .losses import deer_loss, leading_matches
 from .masking import WEIGHTS, get_noise, get_spans, mask_span, stage1_spans
-from ..utils import step_generator
-
 
 
 class DeerModule(pl.LightningModule):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..speculative.adapter import check_adapter_dir
+from ..speculative.cli import check_speculation_options
 
 SUBCOMMANDS = ("eval", "ablation")
 
@@ -59,8 +60,6 @@ class EvalOptions:
 
     def validate(self) -> None:
         """Raise a one-line ``ValueError`` / ``DecodeError`` for inconsistent options."""
-        from ..speculative.cli import check_speculation_options
-
         check_speculation_options(self, list(self.draft_lengths))
 
 

@@ -24,10 +24,9 @@ import pytorch_lightning as pl
 import torch
 
 from ..speculative import greedy_accept
+from ..utils import step_generator
 from .draft import draft_and_verify, left_pad_prefixes
 from .losses import active_mask, block_mean, combine, expected_accepted, position_terms
-from ..utils import step_generator
-
 
 
 class LoraDrafterModule(pl.LightningModule):

@@ -22,7 +22,6 @@ def verifier_mode(model):
     return model.backbone.disable_adapter() if has_adapter(model) else contextlib.nullcontext()
 
 
-
 def check_adapter_dir(adapter_dir) -> Path:
     """``adapter_dir`` as a Path; raises ``FileNotFoundError`` if it holds no peft ``adapter_config.json``."""
     d = Path(adapter_dir)

@@ -100,7 +100,6 @@ class LMTrainConfig:
             raise ValueError(f"stage1_steps ({self.stage1_steps}) must lie in [0, max_steps={self.max_steps}]")
 
 
-
 class TriModeLMModule(pl.LightningModule):
     """Loss, two-stage schedule, metrics and logging for a :class:`TriModeLM`.
 
