@@ -6,7 +6,7 @@ import torch
 
 from workbench.cli import parse_dataclass
 from workbench.model.io import load_checkpoint
-from workbench.train.lm import LMTrainConfig, TriModeLMModule, train_lm
+from workbench.train.lm import LMTrainConfig, TriModeLMModule, build_model, train_lm
 
 
 def _cfg(tmp_path, corpus, **kw):
@@ -46,6 +46,9 @@ def test_train_saves_loadable_checkpoint(tmp_path, small_corpus):
     # plain transformers can load it too
     from transformers import AutoModelForCausalLM
     AutoModelForCausalLM.from_pretrained(out)
+    # a continuation leg starts from it in train mode (load_checkpoint gives an eval-mode model)
+    start, _ = build_model(_cfg(tmp_path / "leg2", small_corpus, init_from=out))
+    assert not model.backbone.training and all(m.training for m in start.modules())
 
 
 def test_resume_equals_uninterrupted(tmp_path, small_corpus):

@@ -169,10 +169,14 @@ class TriModeLMModule(pl.LightningModule):
 
 
 def build_model(cfg: LMTrainConfig):
-    """The :class:`TriModeLM` and tokenizer a run starts from (fresh preset or ``init_from``)."""
+    """The :class:`TriModeLM` and tokenizer a run starts from (fresh preset or ``init_from``), in train mode.
+
+    ``load_checkpoint`` returns an inference model in eval mode; Lightning keeps module modes as given, so
+    a continuation leg is switched back to train mode here.
+    """
     if cfg.init_from:
         model, tok, _ = load_checkpoint(cfg.init_from, add_mask_token=False)
-        return model, tok
+        return model.train(), tok
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(cfg.seed)
