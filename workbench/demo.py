@@ -41,8 +41,8 @@ class DemoConfig:
     model: str = "builtin:tiny"
     """Checkpoint to evaluate: 'builtin:tiny' (shipped) or a local Hugging Face checkpoint directory."""
     retrain: bool = False
-    """Reproduce the model from scratch first with ``train_config`` (long on a CPU; default: the three legs
-    of the shipped model, ``configs/tiny.yaml``, ``tiny_continue.yaml``, ``tiny_leg3.yaml``)."""
+    """Reproduce the model from scratch first with ``train_config`` (long on a CPU; default: the legs of the
+    shipped model, :data:`SHIPPED_LEGS`)."""
     train_config: str | None = None
     """YAML of a single retraining run (default: the shipped model's legs, :data:`SHIPPED_LEGS`)."""
     out_dir: str = "runs/demo"
