@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -206,6 +207,21 @@ def check_sweep_fits(model, block_lengths, prompt_len: int, gen_len: int) -> Non
         check_lengths(model, [[0] * prompt_len], gen_len, b)
 
 
+def warn_untrained_positions(meta: dict, prompt_len: int, gen_len: int) -> str | None:
+    """Warn (``UserWarning``) and return the message when ``prompt_len + gen_len`` tokens exceed the longest
+    window the checkpoint was trained on (:func:`~workbench.model.io.trained_context`); ``None`` otherwise."""
+    from ..model.io import trained_context
+
+    ctx = trained_context(meta)
+    if ctx is None or prompt_len + gen_len <= ctx:
+        return None
+    msg = (f"prompt + generation = {prompt_len + gen_len} tokens exceeds the model's longest training window "
+           f"({ctx} tokens): the last positions were never trained; use prompt_len <= {ctx - gen_len} "
+           f"to evaluate inside it")
+    warnings.warn(msg, stacklevel=2)
+    return msg
+
+
 def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFrame, pd.DataFrame, Path]:
     """Evaluate and write ``results.parquet``, ``summary.parquet``, ``summary.json`` and ``config.json``
     to ``cfg.out_dir``. Returns (per-prompt rows, summary, run dir)."""
@@ -213,7 +229,8 @@ def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFr
 
     cfg.validate()
     if model is None:
-        model, tokenizer, _ = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
+        model, tokenizer, meta = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
+        warn_untrained_positions(meta, cfg.prompt_len, cfg.gen_len)
     check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len)
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
     prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len,

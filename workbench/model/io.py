@@ -41,6 +41,15 @@ def read_workbench_json(path: str | Path) -> dict:
     return json.loads(f.read_text()) if f.is_file() else {}
 
 
+def trained_context(meta: dict) -> int | None:
+    """Longest training window (tokens) recorded in a checkpoint's ``workbench.json``, over the first run and
+    every continuation leg; ``None`` for a checkpoint the workbench did not train. Positions past it were
+    never seen in training, so decoding beyond it measures position extrapolation as well as the model."""
+    cfgs = [meta.get("train_config") or {}] + [leg.get("train_config") or {} for leg in meta.get("legs", [])]
+    lengths = [int(c["seq_len"]) for c in cfgs if c.get("seq_len")]
+    return max(lengths) if lengths else None
+
+
 def load_checkpoint(path: str | Path, add_mask_token: bool = False, device: str | torch.device = "cpu",
                     dtype: torch.dtype = torch.float32) -> tuple[TriModeLM, PreTrainedTokenizerBase, dict]:
     """Load any local Hugging Face causal-LM checkpoint as a :class:`TriModeLM`.
