@@ -21,7 +21,8 @@ import torch
 
 from .corpus import by_split, load_corpus
 from .data import encode_documents
-from .evaluation.harness import EvalConfig, check_sweep_fits, evaluate_model, load_model, resolve_device, summarize
+from .evaluation.harness import (EvalConfig, check_sweep_fits, evaluate_model, load_model, resolve_device, summarize,
+                                 warn_untrained_positions)
 from .evaluation.heldout import heldout_losses, unigram_cross_entropy
 from .evaluation.prompts import make_prompts
 from .report import fmt, markdown_table, plot_accuracy_vs_tpf, plot_training_curves
@@ -29,7 +30,7 @@ from .tokenizer import is_byte_tokenizer
 from .utils import prepare_run_dir
 
 HEADLINE = {"block_length": 16, "threshold": 0.9}
-SHIPPED_LEGS = ("tiny.yaml", "tiny_continue.yaml", "tiny_leg3.yaml", "tiny_leg4.yaml")
+SHIPPED_LEGS = ("tiny.yaml", "tiny_continue.yaml", "tiny_leg3.yaml", "tiny_leg4.yaml", "tiny_leg5.yaml")
 """The training legs of the shipped ``tiny`` model, in order (``workbench/configs``); ``--retrain`` runs them."""
 TARGETS = {"heldout_ar": 1.0, "tpf": 1.5, "agree_serial": 0.95}
 
@@ -160,6 +161,7 @@ def run_demo(cfg: DemoConfig) -> Path:
         device = resolve_device(cfg.device)
         model, tok, meta = load_model(model_spec, device, cfg.add_mask_token)
         check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len)
+        context_warning = warn_untrained_positions(meta, cfg.prompt_len, cfg.gen_len)
         n_params = sum(p.numel() for p in model.backbone.parameters())
 
         # 1. corpus
@@ -209,7 +211,7 @@ def run_demo(cfg: DemoConfig) -> Path:
         headline = _headline(summary)
         shown_model = str(model_spec).replace(str(run), str(final))
         metrics = {"model": shown_model, "parameters": n_params, "heldout": held, "splits": split_stats,
-                   "n_prompts": len(prompts), "headline": headline, "targets": TARGETS, "collection": collection,
+                   "n_prompts": len(prompts), "context_warning": context_warning, "headline": headline, "targets": TARGETS, "collection": collection,
                    "sampler": sampler_stage, "sol": sol_stage, "lora": lora, "deer": deer,
                    "timing_s": {"corpus": t_corpus, "heldout": t_held, "evaluation": t_eval,
                                 "total": time.time() - t_start},
@@ -332,9 +334,11 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
              f"corpus `{cfg.corpus}`, {metrics['n_prompts']} held-out code-continuation prompts "
              f"(≤ {cfg.prompt_len} tokens of context ending at a line boundary, {cfg.gen_len} tokens generated). "
              f"Device {metrics['device']}, {metrics['threads']} threads, precision {cfg.precision}. "
-             f"Total time {metrics['timing_s']['total']:.0f} s.", "",
-             "## Corpus", "",
-             "| split | files | bytes |", "|---|---|---|"]
+             f"Total time {metrics['timing_s']['total']:.0f} s.", ""]
+    if metrics.get("context_warning"):
+        lines += [f"**Warning:** {metrics['context_warning']}.", ""]
+    lines += ["## Corpus", "",
+              "| split | files | bytes |", "|---|---|---|"]
     for s, v in metrics["splits"].items():
         lines.append(f"| {s} | {v['files']} | {v['bytes']:,} |")
     ok = lambda c: "met" if c else "NOT met"  # noqa: E731
@@ -353,7 +357,8 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
         lines += [f"Trained for {meta['global_step']} optimiser steps (stage 1 AR-only: {tc.get('stage1_steps')} steps; "
                   f"{joint}), batch {tc.get('batch_size')} × {tc.get('seq_len')} tokens, "
                   f"block lengths {tc.get('block_lengths')}, {tc.get('averaging')} loss averaging"
-                  + (" in " + " + ".join(f"{leg['steps']} steps of `{leg['config']}` (α = {leg['train_config']['alpha']})"
+                  + (" in " + " + ".join(f"{leg['steps']} steps of `{leg['config']}` (α = {leg['train_config']['alpha']}, "
+                                         f"{leg['train_config']['seq_len']}-token windows)"
                                          for leg in legs) if legs else "")
                   + ".", ""]
     if has_curves:
