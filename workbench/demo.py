@@ -21,8 +21,7 @@ import torch
 
 from .corpus import by_split, load_corpus
 from .data import encode_documents
-from .evaluation.harness import (EvalConfig, check_sweep_fits, evaluate_model, load_model, resolve_device, summarize,
-                                 warn_untrained_positions)
+from .evaluation.harness import EvalConfig, check_sweep_fits, evaluate_model, load_model, resolve_device, summarize
 from .evaluation.heldout import heldout_losses, unigram_cross_entropy
 from .evaluation.prompts import make_prompts
 from .report import fmt, markdown_table, plot_accuracy_vs_tpf, plot_training_curves
@@ -160,8 +159,7 @@ def run_demo(cfg: DemoConfig) -> Path:
         model_spec = _retrain(cfg, run) if cfg.retrain else cfg.model
         device = resolve_device(cfg.device)
         model, tok, meta = load_model(model_spec, device, cfg.add_mask_token)
-        check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len)
-        context_warning = warn_untrained_positions(meta, cfg.prompt_len, cfg.gen_len)
+        context_warning = check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
         n_params = sum(p.numel() for p in model.backbone.parameters())
 
         # 1. corpus
@@ -354,9 +352,9 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
         tc = meta.get("train_config", {})
         legs = meta.get("legs", [])
         joint = f"stage 2 α = {tc.get('alpha')}" if not legs else "then joint, α per leg"
+        batch = f"batch {tc.get('batch_size')}" + ("" if legs else f" × {tc.get('seq_len')} tokens")  # legs: per leg
         lines += [f"Trained for {meta['global_step']} optimiser steps (stage 1 AR-only: {tc.get('stage1_steps')} steps; "
-                  f"{joint}), batch {tc.get('batch_size')}" + ("" if legs else f" × {tc.get('seq_len')} tokens") + ", "
-                  f"block lengths {tc.get('block_lengths')}, {tc.get('averaging')} loss averaging"
+                  f"{joint}), {batch}, block lengths {tc.get('block_lengths')}, {tc.get('averaging')} loss averaging"
                   + (" in " + " + ".join(f"{leg['steps']} steps of `{leg['config']}` (α = {leg['train_config']['alpha']}, "
                                          f"{leg['train_config']['seq_len']}-token windows)"
                                          for leg in legs) if legs else "")

@@ -200,13 +200,6 @@ def load_model(spec: str, device, add_mask_token: bool = False):
     return load_checkpoint(path, add_mask_token=add_mask_token, device=device)
 
 
-def check_sweep_fits(model, block_lengths, prompt_len: int, gen_len: int) -> None:
-    """Raise :class:`DecodeError` if a block length or prompt + generation exceeds the model context
-    (the decoders' own :func:`~workbench.decoding.base.check_lengths`, run once before the sweep)."""
-    for b in block_lengths:
-        check_lengths(model, [[0] * prompt_len], gen_len, b)
-
-
 def warn_untrained_positions(meta: dict, prompt_len: int, gen_len: int) -> str | None:
     """Warn (``UserWarning``) and return the message when ``prompt_len + gen_len`` tokens exceed the longest
     window the checkpoint was trained on (:func:`~workbench.model.io.trained_context`); ``None`` otherwise."""
@@ -218,8 +211,18 @@ def warn_untrained_positions(meta: dict, prompt_len: int, gen_len: int) -> str |
     msg = (f"prompt + generation = {prompt_len + gen_len} tokens exceeds the model's longest training window "
            f"({ctx} tokens): the last positions were never trained; use prompt_len <= {ctx - gen_len} "
            f"to evaluate inside it")
-    warnings.warn(msg, stacklevel=2)
+    warnings.warn(msg, stacklevel=3)             # point at check_sweep_fits's caller
     return msg
+
+
+def check_sweep_fits(model, block_lengths, prompt_len: int, gen_len: int, meta: dict | None = None) -> str | None:
+    """Raise :class:`DecodeError` if a block length or prompt + generation exceeds the model context
+    (the decoders' own :func:`~workbench.decoding.base.check_lengths`, run once before the sweep). With the
+    checkpoint's ``workbench.json`` as ``meta``, also warn when the sweep decodes past its longest training
+    window (:func:`warn_untrained_positions`); returns that warning or ``None``."""
+    for b in block_lengths:
+        check_lengths(model, [[0] * prompt_len], gen_len, b)
+    return warn_untrained_positions(meta, prompt_len, gen_len) if meta is not None else None
 
 
 def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFrame, pd.DataFrame, Path]:
@@ -228,10 +231,10 @@ def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFr
     from ..utils import prepare_run_dir
 
     cfg.validate()
+    meta = None                                 # a model passed in has no workbench.json to check against
     if model is None:
         model, tokenizer, meta = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
-        warn_untrained_positions(meta, cfg.prompt_len, cfg.gen_len)
-    check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len)
+    check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
     prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len,
                            None if is_byte_tokenizer(tokenizer) else tokenizer)
