@@ -30,7 +30,7 @@ from .utils import prepare_run_dir
 
 HEADLINE = {"block_length": 16, "threshold": 0.9}
 SHIPPED_LEGS = ("tiny.yaml", "tiny_continue.yaml", "tiny_leg3.yaml", "tiny_leg4.yaml", "tiny_leg5.yaml",
-                "tiny_leg6.yaml")
+                "tiny_leg6.yaml", "tiny_leg7.yaml")
 """The training legs of the shipped ``tiny`` model, in order (``workbench/configs``); ``--retrain`` runs them."""
 TARGETS = {"heldout_ar": 1.0, "tpf": 1.5, "agree_serial": 0.95}
 
