@@ -211,7 +211,8 @@ def run_demo(cfg: DemoConfig) -> Path:
         shown_model = str(model_spec).replace(str(run), str(final))
         metrics = {"model": shown_model, "parameters": n_params, "heldout": held, "splits": split_stats,
                    "n_prompts": len(prompts), "context_warning": context_warning, "headline": headline,
-                   "targets": TARGETS, "collection": collection, "sampler": sampler_stage, "sol": sol_stage, "lora": lora, "deer": deer,
+                   "targets": TARGETS, "collection": collection, "sampler": sampler_stage, "sol": sol_stage,
+                   "lora": lora, "deer": deer,
                    "timing_s": {"corpus": t_corpus, "heldout": t_held, "evaluation": t_eval,
                                 "total": time.time() - t_start},
                    "device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -352,13 +353,19 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
     if meta.get("global_step"):
         tc = meta.get("train_config", {})
         legs = meta.get("legs", [])
-        joint = f"stage 2 α = {tc.get('alpha')}" if not legs else "then joint, α per leg"
-        batch = f"batch {tc.get('batch_size')}" + ("" if legs else f" × {tc.get('seq_len')} tokens")  # legs: per leg
-        per_leg = " + ".join(f"{leg['steps']} steps of `{leg['config']}` (α = {leg['train_config']['alpha']}, "
-                             f"{leg['train_config']['seq_len']}-token windows)" for leg in legs)
+        if legs:  # α and window length differ per leg: name them leg by leg
+            joint = "then joint, α per leg"
+            batch = f"batch {tc.get('batch_size')}"
+            per_leg = " in " + " + ".join(
+                f"{leg['steps']} steps of `{leg['config']}` (α = {leg['train_config']['alpha']}, "
+                f"{leg['train_config']['seq_len']}-token windows)" for leg in legs)
+        else:
+            joint = f"stage 2 α = {tc.get('alpha')}"
+            batch = f"batch {tc.get('batch_size')} × {tc.get('seq_len')} tokens"
+            per_leg = ""
         lines += [f"Trained for {meta['global_step']} optimiser steps (stage 1 AR-only: {tc.get('stage1_steps')} steps; "
                   f"{joint}), {batch}, block lengths {tc.get('block_lengths')}, {tc.get('averaging')} loss averaging"
-                  + (f" in {per_leg}" if legs else "") + ".", ""]
+                  f"{per_leg}.", ""]
     if has_curves:
         lines += ["![training curves](training_curves.png)", ""]
     lines += [f"## Headline: diffusion mode, B = {b}, τ = {t}", "",
