@@ -51,12 +51,17 @@ def test_train_saves_loadable_checkpoint(tmp_path, small_corpus):
     assert not model.backbone.training and all(m.training for m in start.modules())
 
 
-def test_resume_equals_uninterrupted(tmp_path, small_corpus):
-    """Stopping at step 6 and resuming to 12 gives the same weights as running to 12 directly."""
+UL = {"ul_prob": 0.5, "ul_prefix_len": 16, "ul_gen_len": 16, "ul_ngram": 4}
+
+
+@pytest.mark.parametrize("extra", [{}, UL], ids=["joint", "with_unlikelihood_steps"])
+def test_resume_equals_uninterrupted(tmp_path, small_corpus, extra):
+    """Stopping at step 6 and resuming to 12 gives the same weights as running to 12 directly (also when
+    sequence-level unlikelihood steps, which decode with the model, are mixed in)."""
     a = train_lm(_cfg(tmp_path / "a", small_corpus, max_steps=12, stage1_steps=4, val_every=100,
-                      checkpoint_every=6, precision="32-true"))
+                      checkpoint_every=6, precision="32-true", **extra))
     cfg_b = _cfg(tmp_path / "b", small_corpus, max_steps=12, stage1_steps=4, val_every=100, checkpoint_every=6,
-                 precision="32-true")
+                 precision="32-true", **extra)
     cfg_b.max_time = None
     # first leg: stop after 6 steps by training with max_steps=6 but the same schedule length
     import pytorch_lightning as pl
@@ -80,3 +85,13 @@ def test_resume_equals_uninterrupted(tmp_path, small_corpus):
     assert meta_b["global_step"] == 12
     for (na, pa), (nb, pb) in zip(ma.state_dict().items(), mb.state_dict().items()):
         torch.testing.assert_close(pa, pb, atol=1e-6, rtol=1e-5, msg=na)
+
+
+def test_unlikelihood_steps_are_logged(tmp_path, small_corpus):
+    out = train_lm(_cfg(tmp_path, small_corpus, max_steps=10, stage1_steps=0, val_every=100, checkpoint_every=10,
+                        **{**UL, "ul_prob": 0.6}))
+    import pandas as pd
+
+    log = pd.read_csv(out / "training_log.csv")
+    ul = log["train/ul_ar"].notna() if "train/ul_ar" in log else pd.Series([False])
+    assert ul.any() and log["train/diff_loss"].notna().any()     # both kinds of step ran

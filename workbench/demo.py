@@ -326,6 +326,14 @@ def _headline(summary: pd.DataFrame) -> dict:
     return out
 
 
+
+def _unlikelihood_note(tc: dict) -> str:
+    """``", half the steps sequence-level unlikelihood ..."``-style note of a leg that used it, else ``""``."""
+    if not tc.get("ul_prob"):
+        return ""
+    return (f"; {tc['ul_prob']:.0%} of the steps sequence-level unlikelihood against repeated "
+            f"{tc['ul_ngram']}-grams of greedy continuations, weight {tc['ul_weight']}")
+
 def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curves) -> str:
     h, held = metrics["headline"], metrics["heldout"]
     b, t = HEADLINE["block_length"], HEADLINE["threshold"]
@@ -358,7 +366,8 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
             batch = f"batch {tc.get('batch_size')}"
             per_leg = " in " + " + ".join(
                 f"{leg['steps']} steps of `{leg['config']}` (α = {leg['train_config']['alpha']}, "
-                f"{leg['train_config']['seq_len']}-token windows)" for leg in legs)
+                f"{leg['train_config']['seq_len']}-token windows{_unlikelihood_note(leg['train_config'])})"
+                for leg in legs)
         else:
             joint = f"stage 2 α = {tc.get('alpha')}"
             batch = f"batch {tc.get('batch_size')} × {tc.get('seq_len')} tokens"

@@ -24,6 +24,7 @@ from ..model.losses import AVERAGING, ar_loss, diffusion_loss, joint_loss
 from ..model.noise import mask_blocks
 from ..model.presets import PRESETS, preset_config
 from ..model.trimode import TriModeLM
+from ..model.unlikelihood import repeated_ngram_mask, unlikelihood_loss
 from ..tokenizer import MASK_ID, byte_tokenizer
 from ..utils import RunDirError, prepare_run_dir, step_generator
 
@@ -86,6 +87,19 @@ class LMTrainConfig:
     """Optional wall-clock limit 'DD:HH:MM:SS' (training stops cleanly and can be resumed)."""
     progress_bar: bool = True
     """Show Lightning's progress bar."""
+    ul_prob: float = 0.0
+    """Probability that a step is a sequence-level unlikelihood step instead of a joint-loss step
+    (Welleck et al. 2020; 0 = the plain NLD recipe). See :func:`unlikelihood_step`."""
+    ul_prefix_len: int = 128
+    """Unlikelihood steps: tokens of each training window used as the prompt."""
+    ul_gen_len: int = 128
+    """Unlikelihood steps: tokens decoded AR-greedy after the prompt (prompt + generation must be a
+    multiple of every block length)."""
+    ul_ngram: int = 8
+    """Unlikelihood steps: a generated token is penalised when it lies in a repeated n-gram of this length
+    (whitespace tokens are never penalised)."""
+    ul_weight: float = 1.0
+    """Weight of the unlikelihood loss on unlikelihood steps."""
 
     def validate(self) -> None:
         """Raise ``ValueError`` with a one-line reason for an inconsistent configuration."""
@@ -98,6 +112,18 @@ class LMTrainConfig:
                 raise ValueError(f"block length {b} must be positive and divide seq_len {self.seq_len}")
         if not 0 <= self.stage1_steps <= self.max_steps:
             raise ValueError(f"stage1_steps ({self.stage1_steps}) must lie in [0, max_steps={self.max_steps}]")
+        if self.ul_weight < 0:
+            raise ValueError(f"ul_weight must be ≥ 0, got {self.ul_weight}")
+        if not 0.0 <= self.ul_prob <= 1.0:
+            raise ValueError(f"ul_prob must lie in [0, 1], got {self.ul_prob}")
+        if self.ul_prob > 0:
+            ul_len = self.ul_prefix_len + self.ul_gen_len
+            if self.ul_ngram < 1 or self.ul_prefix_len < 1 or self.ul_gen_len < self.ul_ngram or self.ul_prefix_len > self.seq_len:
+                raise ValueError(f"unlikelihood steps need 1 ≤ ul_prefix_len ≤ seq_len ({self.seq_len}) and "
+                                 f"ul_gen_len ≥ ul_ngram ≥ 1; got {self.ul_prefix_len}, {self.ul_gen_len}, {self.ul_ngram}")
+            for b in self.block_lengths:
+                if ul_len % b:
+                    raise ValueError(f"block length {b} must divide ul_prefix_len + ul_gen_len = {ul_len}")
 
 
 class TriModeLMModule(pl.LightningModule):
@@ -105,13 +131,14 @@ class TriModeLMModule(pl.LightningModule):
 
     Stage 1 (step < ``stage1_steps``): α = 0, a plain causal forward (AR loss only, half the compute of
     the dual stream). Stage 2: the dual-stream forward with ``L_AR + α L_diff`` and a block length drawn
-    per batch from ``block_lengths``. Block length and noise come from generators seeded by the global
-    step, so a resumed run draws the same ones.
+    per batch from ``block_lengths``. With ``ul_prob > 0`` a step is, with that probability, a
+    sequence-level unlikelihood step instead (:func:`unlikelihood_step`). Block length, noise and the step
+    kind come from generators seeded by the global step, so a resumed run draws the same ones.
     """
 
-    def __init__(self, model: TriModeLM, cfg: LMTrainConfig):
+    def __init__(self, model: TriModeLM, cfg: LMTrainConfig, whitespace: frozenset[int] = frozenset()):
         super().__init__()
-        self.model, self.cfg = model, cfg
+        self.model, self.cfg, self.whitespace = model, cfg, whitespace
 
     def alpha_at(self, step: int) -> float:
         return 0.0 if step < self.cfg.stage1_steps else self.cfg.alpha
@@ -119,7 +146,11 @@ class TriModeLMModule(pl.LightningModule):
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         step = self.global_step
         alpha = self.alpha_at(step)
-        if alpha == 0.0:
+        if self.cfg.ul_prob > 0 and float(torch.rand(1, generator=step_generator(self.cfg.seed, step, 3))) < self.cfg.ul_prob:
+            loss, logs = unlikelihood_step(self.model, batch, self.cfg, step_generator(self.cfg.seed, step, 4),
+                                           self.whitespace)
+            self.log_dict(logs, prog_bar=True)
+        elif alpha == 0.0:
             loss = l_ar = ar_loss(self.model.causal_logits(batch), batch, averaging=self.cfg.averaging)
             self.log_dict({"train/ar_loss": l_ar, "train/stage": 1.0}, prog_bar=True)
         else:
@@ -168,6 +199,40 @@ class TriModeLMModule(pl.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
+def unlikelihood_step(model: TriModeLM, batch: torch.Tensor, cfg: LMTrainConfig, g: torch.Generator,
+                      whitespace: frozenset[int] = frozenset()) -> tuple[torch.Tensor, dict[str, float]]:
+    """One sequence-level unlikelihood step (Welleck et al. 2020) on both streams of the dual forward.
+
+    The first ``ul_prefix_len`` tokens of each window ``(N, seq_len)`` prompt an AR-greedy continuation of
+    ``ul_gen_len`` tokens (no gradient, KV cache). Generated tokens inside a repeated ``ul_ngram``-gram,
+    except ``whitespace`` ids, are the candidates. One dual-stream forward over ``[prompt | continuation]`` (block length and noise drawn
+    from ``g``) gives the AR logits, whose unlikelihood is taken at the candidates, and the diffusion logits,
+    whose unlikelihood is taken at candidates that are masked; each is averaged over the continuation
+    tokens it could score. Returns ``(loss, logs)`` with ``loss = ul_weight · (UL_AR + UL_diff)``.
+    """
+    from ..decoding.ar import ar_decode
+
+    p, gl = cfg.ul_prefix_len, cfg.ul_gen_len
+    prompts = batch[:, :p]
+    precision = "bf16" if cfg.precision.startswith("bf16") else "fp32"
+    gen = torch.tensor(ar_decode(model, prompts.tolist(), gl, precision=precision).tokens, device=batch.device)
+    seq = torch.cat([prompts, gen], dim=1)                                    # (N, p + gl)
+    cont = torch.zeros_like(seq, dtype=torch.bool)
+    cont[:, p:] = True                                                        # continuation positions
+    cand = torch.zeros_like(cont)
+    cand[:, p:] = repeated_ngram_mask(gen, cfg.ul_ngram, whitespace)
+    b = cfg.block_lengths[int(torch.randint(len(cfg.block_lengths), (1,), generator=g))]
+    noisy, masked, _ = mask_blocks(seq.cpu(), b, model.mask_token_id, cfg.t_min, g)
+    noisy, masked = noisy.to(seq.device), masked.to(seq.device)
+    ar_logits, diff_logits = model.dual_stream_logits(seq, noisy, b)
+    # AR logits at i score token i + 1
+    ul_ar = unlikelihood_loss(ar_logits[:, :-1], seq[:, 1:], cand[:, 1:], cont[:, 1:])
+    ul_diff = unlikelihood_loss(diff_logits, seq, cand & masked, cont & masked)
+    logs = {"train/ul_ar": float(ul_ar.detach()), "train/ul_diff": float(ul_diff.detach()), "train/block_length": float(b),
+            "train/ul_repeat_share": float(cand[:, p:].float().mean())}
+    return cfg.ul_weight * (ul_ar + ul_diff), logs
+
+
 def build_model(cfg: LMTrainConfig):
     """The :class:`TriModeLM` and tokenizer a run starts from (fresh preset or ``init_from``), in train mode.
 
@@ -199,7 +264,9 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     data = LMDataModule(cfg.corpus, cfg.seq_len, cfg.batch_size, train_windows=cfg.max_steps * cfg.batch_size,
                         val_windows=cfg.val_windows, seed=cfg.seed,
                         tokenizer=None if _t.is_byte_tokenizer(tok) else tok)
-    module = TriModeLMModule(model, cfg)
+    from ..evaluation.metrics import whitespace_ids
+
+    module = TriModeLMModule(model, cfg, frozenset(whitespace_ids(tok, model.backbone.config.vocab_size)))
     ckpt_dir = out / "checkpoints"
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=cfg.checkpoint_every,
                            save_top_k=0, save_on_train_epoch_end=False)
@@ -232,7 +299,7 @@ def _to_yaml(d: dict) -> str:
     return yaml.safe_dump(d, sort_keys=False)
 
 
-__all__ = ["LMTrainConfig", "TriModeLMModule", "train_lm", "build_model", "RunDirError"]
+__all__ = ["LMTrainConfig", "TriModeLMModule", "train_lm", "build_model", "unlikelihood_step", "RunDirError"]
 
 
 def main(argv: list[str]) -> int:
