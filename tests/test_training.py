@@ -56,11 +56,11 @@ UL = {"ul_prob": 0.5, "ul_prefix_len": 16, "ul_gen_len": 16, "ul_ngram": 4}
 
 @pytest.mark.parametrize("extra", [{}, UL], ids=["joint", "with_unlikelihood_steps"])
 def test_resume_equals_uninterrupted(tmp_path, small_corpus, extra):
-    """Stopping at step 6 and resuming to 12 gives the same weights as running to 12 directly (also when
-    sequence-level unlikelihood steps, which decode with the model, are mixed in)."""
-    a = train_lm(_cfg(tmp_path / "a", small_corpus, max_steps=12, stage1_steps=4, val_every=100,
-                      checkpoint_every=6, precision="32-true", **extra))
-    cfg_b = _cfg(tmp_path / "b", small_corpus, max_steps=12, stage1_steps=4, val_every=100, checkpoint_every=6,
+    """Stopping at step 10 and resuming to 20 gives the same weights and the same training log as running to
+    20 directly (also when sequence-level unlikelihood steps, which decode with the model, are mixed in)."""
+    a = train_lm(_cfg(tmp_path / "a", small_corpus, max_steps=20, stage1_steps=4, val_every=100,
+                      checkpoint_every=10, precision="32-true", **extra))
+    cfg_b = _cfg(tmp_path / "b", small_corpus, max_steps=20, stage1_steps=4, val_every=100, checkpoint_every=10,
                  precision="32-true", **extra)
     cfg_b.max_time = None
     # first leg: stop after 6 steps by training with max_steps=6 but the same schedule length
@@ -70,7 +70,7 @@ def test_resume_equals_uninterrupted(tmp_path, small_corpus, extra):
     orig = pl.Trainer.__init__
 
     def short(self, *args, **kw):
-        kw["max_steps"] = 6
+        kw["max_steps"] = 10
         orig(self, *args, **kw)
 
     pl.Trainer.__init__ = short
@@ -82,7 +82,12 @@ def test_resume_equals_uninterrupted(tmp_path, small_corpus, extra):
     b = train_lm(cfg_b)
     ma, _, meta_a = load_checkpoint(a)
     mb, _, meta_b = load_checkpoint(b)
-    assert meta_b["global_step"] == 12
+    assert meta_b["global_step"] == 20
+    import pandas as pd
+
+    log_a, log_b = pd.read_csv(a / "training_log.csv"), pd.read_csv(b / "training_log.csv")
+    assert log_b["step"].tolist() == log_a["step"].tolist() == [9, 19]   # the interrupted run's row is kept
+    pd.testing.assert_series_equal(log_b["train/loss"], log_a["train/loss"], rtol=1e-4)
     for (na, pa), (nb, pb) in zip(ma.state_dict().items(), mb.state_dict().items()):
         torch.testing.assert_close(pa, pb, atol=1e-6, rtol=1e-5, msg=na)
 

@@ -277,8 +277,13 @@ def train_lm(cfg: LMTrainConfig) -> Path:
                          callbacks=[ckpt], enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
                          max_time=cfg.max_time, num_sanity_val_steps=0, enable_model_summary=False)
     last = ckpt_dir / "last.ckpt"
+    resuming = cfg.resume and last.exists()
+    log_csv = out / "logs" / "version_0" / "metrics.csv"
+    # Lightning's CSVLogger deletes an existing metrics.csv when it starts: keep the interrupted run's rows
+    earlier_log = _log_before(log_csv, torch.load(last, map_location="cpu", weights_only=False)["global_step"]) \
+        if resuming and log_csv.exists() else None
     t0 = time.time()
-    trainer.fit(module, datamodule=data, ckpt_path=str(last) if cfg.resume and last.exists() else None)
+    trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
     wall = time.time() - t0
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     meta = {"preset": cfg.preset if not cfg.init_from else None, "init_from": cfg.init_from,
@@ -287,10 +292,23 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     save_checkpoint(model, tok, out / "model", meta)
     (out / "metrics.json").write_text(json.dumps({"global_step": trainer.global_step, "wall_s_this_run": wall,
                                                   **metrics}, indent=2) + "\n")
-    log_csv = out / "logs" / "version_0" / "metrics.csv"
+    if earlier_log is not None:
+        import pandas as pd
+
+        parts = [earlier_log] + ([pd.read_csv(log_csv)] if log_csv.exists() else [])
+        pd.concat(parts, ignore_index=True).to_csv(log_csv, index=False)
     if log_csv.exists():
         shutil.copy(log_csv, out / "model" / "training_log.csv")
     return out / "model"
+
+
+def _log_before(log_csv: Path, step: int):
+    """Rows of a Lightning CSV log written before optimiser step ``step`` (the resume point; later rows are
+    replayed by the resumed run) as a DataFrame."""
+    import pandas as pd
+
+    log = pd.read_csv(log_csv)
+    return log[log["step"] < step]
 
 
 def _to_yaml(d: dict) -> str:
