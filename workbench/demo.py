@@ -326,13 +326,14 @@ def _headline(summary: pd.DataFrame) -> dict:
     return out
 
 
-
 def _unlikelihood_note(tc: dict) -> str:
-    """``", half the steps sequence-level unlikelihood ..."``-style note of a leg that used it, else ``""``."""
+    """The report's note on a leg with sequence-level unlikelihood steps (``tc``: the leg's train config);
+    ``""`` for a leg without them."""
     if not tc.get("ul_prob"):
         return ""
     return (f"; {tc['ul_prob']:.0%} of the steps sequence-level unlikelihood against repeated "
             f"{tc['ul_ngram']}-grams of greedy continuations, weight {tc['ul_weight']}")
+
 
 def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curves) -> str:
     h, held = metrics["headline"], metrics["heldout"]

@@ -118,9 +118,10 @@ class LMTrainConfig:
             raise ValueError(f"ul_prob must lie in [0, 1], got {self.ul_prob}")
         if self.ul_prob > 0:
             ul_len = self.ul_prefix_len + self.ul_gen_len
-            if self.ul_ngram < 1 or self.ul_prefix_len < 1 or self.ul_gen_len < self.ul_ngram or self.ul_prefix_len > self.seq_len:
+            if not (1 <= self.ul_prefix_len <= self.seq_len and 1 <= self.ul_ngram <= self.ul_gen_len):
                 raise ValueError(f"unlikelihood steps need 1 ≤ ul_prefix_len ≤ seq_len ({self.seq_len}) and "
-                                 f"ul_gen_len ≥ ul_ngram ≥ 1; got {self.ul_prefix_len}, {self.ul_gen_len}, {self.ul_ngram}")
+                                 f"ul_gen_len ≥ ul_ngram ≥ 1; got {self.ul_prefix_len}, {self.ul_gen_len}, "
+                                 f"{self.ul_ngram}")
             for b in self.block_lengths:
                 if ul_len % b:
                     raise ValueError(f"block length {b} must divide ul_prefix_len + ul_gen_len = {ul_len}")
@@ -146,7 +147,8 @@ class TriModeLMModule(pl.LightningModule):
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         step = self.global_step
         alpha = self.alpha_at(step)
-        if self.cfg.ul_prob > 0 and float(torch.rand(1, generator=step_generator(self.cfg.seed, step, 3))) < self.cfg.ul_prob:
+        ul_draw = float(torch.rand(1, generator=step_generator(self.cfg.seed, step, 3)))
+        if ul_draw < self.cfg.ul_prob:
             loss, logs = unlikelihood_step(self.model, batch, self.cfg, step_generator(self.cfg.seed, step, 4),
                                            self.whitespace)
             self.log_dict(logs, prog_bar=True)
@@ -205,10 +207,12 @@ def unlikelihood_step(model: TriModeLM, batch: torch.Tensor, cfg: LMTrainConfig,
 
     The first ``ul_prefix_len`` tokens of each window ``(N, seq_len)`` prompt an AR-greedy continuation of
     ``ul_gen_len`` tokens (no gradient, KV cache). Generated tokens inside a repeated ``ul_ngram``-gram,
-    except ``whitespace`` ids, are the candidates. One dual-stream forward over ``[prompt | continuation]`` (block length and noise drawn
-    from ``g``) gives the AR logits, whose unlikelihood is taken at the candidates, and the diffusion logits,
-    whose unlikelihood is taken at candidates that are masked; each is averaged over the continuation
-    tokens it could score. Returns ``(loss, logs)`` with ``loss = ul_weight · (UL_AR + UL_diff)``.
+    except ``whitespace`` ids, are the candidates. One dual-stream forward over ``[prompt | continuation]``
+    (block length and noise drawn from ``g``) gives the AR logits, whose unlikelihood is taken at the
+    candidates, and the diffusion logits, whose unlikelihood is taken at candidates that are masked; each is
+    averaged over the continuation tokens it could score.
+
+    Returns ``(loss, logs)`` with ``loss = ul_weight · (UL_AR + UL_diff)``.
     """
     from ..decoding.ar import ar_decode
 
@@ -228,8 +232,8 @@ def unlikelihood_step(model: TriModeLM, batch: torch.Tensor, cfg: LMTrainConfig,
     # AR logits at i score token i + 1
     ul_ar = unlikelihood_loss(ar_logits[:, :-1], seq[:, 1:], cand[:, 1:], cont[:, 1:])
     ul_diff = unlikelihood_loss(diff_logits, seq, cand & masked, cont & masked)
-    logs = {"train/ul_ar": float(ul_ar.detach()), "train/ul_diff": float(ul_diff.detach()), "train/block_length": float(b),
-            "train/ul_repeat_share": float(cand[:, p:].float().mean())}
+    logs = {"train/ul_ar": float(ul_ar.detach()), "train/ul_diff": float(ul_diff.detach()),
+            "train/block_length": float(b), "train/ul_repeat_share": float(cand[:, p:].float().mean())}
     return cfg.ul_weight * (ul_ar + ul_diff), logs
 
 
