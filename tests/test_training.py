@@ -98,5 +98,5 @@ def test_unlikelihood_steps_are_logged(tmp_path, small_corpus):
     import pandas as pd
 
     log = pd.read_csv(out / "training_log.csv")
-    ul = log["train/ul_ar"].notna() if "train/ul_ar" in log else pd.Series([False])
-    assert ul.any() and log["train/diff_loss"].notna().any()     # both kinds of step ran
+    assert "train/ul_ar" in log and log["train/ul_ar"].notna().any()          # unlikelihood steps ran
+    assert log["train/diff_loss"].notna().any()                                # joint steps ran

@@ -16,16 +16,22 @@ def agreement(a, b) -> float:
     return float((a == b).mean()) if len(a) else float("nan")
 
 
+def repeated_ngram_starts(tokens, n: int) -> list[bool]:
+    """For each start ``i`` of an ``n``-gram of ``tokens`` (a sequence of ids), whether ``tokens[i:i + n]``
+    already occurred at an earlier start of the same sequence (earlier occurrences may overlap it)."""
+    seen, out = set(), []
+    for i in range(len(tokens) - n + 1):
+        g = tuple(tokens[i:i + n])
+        out.append(g in seen)
+        seen.add(g)
+    return out
+
+
 def repetition_rate(tokens, n: int = 8) -> float:
     """Share of the ``n``-grams of ``tokens`` that already occurred earlier in the same sequence
     (0 = no repeated n-gram; runs of one token or looping lines push it towards 1)."""
-    seen, rep, total = set(), 0, 0
-    for i in range(len(tokens) - n + 1):
-        g = tuple(tokens[i:i + n])
-        total += 1
-        rep += g in seen
-        seen.add(g)
-    return rep / total if total else float("nan")
+    starts = repeated_ngram_starts(tokens, n)
+    return sum(starts) / len(starts) if starts else float("nan")
 
 
 def first_line(text: str) -> str:

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import torch
 
+from ..evaluation.metrics import repeated_ngram_starts
+
 
 def repeated_ngram_mask(tokens: torch.Tensor, n: int, skip_ids: frozenset[int] = frozenset()) -> torch.Tensor:
     """Positions of ``tokens`` that belong to an ``n``-gram already seen earlier in the same row.
 
     Args:
         tokens: ``(N, G)`` token ids of generated continuations.
-        n: n-gram length in tokens (≥ 1). Earlier occurrences may overlap the current one, matching
-            :func:`workbench.evaluation.metrics.repetition_rate`.
+        n: n-gram length in tokens (≥ 1). Repeats are found as in
+            :func:`workbench.evaluation.metrics.repetition_rate` (earlier occurrences may overlap).
         skip_ids: token ids never marked (for source code: whitespace, so that indentation, which
             repeats in every real file, is not penalised; the words of a looping line still are).
 
@@ -35,12 +37,9 @@ def repeated_ngram_mask(tokens: torch.Tensor, n: int, skip_ids: frozenset[int] =
         raise ValueError(f"n-gram length must be ≥ 1, got {n}")
     out = torch.zeros(tokens.shape, dtype=torch.bool)
     for row, seq in enumerate(tokens.tolist()):
-        seen: set[tuple[int, ...]] = set()
-        for i in range(len(seq) - n + 1):
-            g = tuple(seq[i:i + n])
-            if g in seen:
+        for i, repeated in enumerate(repeated_ngram_starts(seq, n)):
+            if repeated:
                 out[row, i:i + n] = True
-            seen.add(g)
     if skip_ids:
         out &= ~torch.isin(tokens.cpu(), torch.tensor(sorted(skip_ids), dtype=tokens.dtype))
     return out.to(tokens.device)

@@ -144,11 +144,15 @@ class TriModeLMModule(pl.LightningModule):
     def alpha_at(self, step: int) -> float:
         return 0.0 if step < self.cfg.stage1_steps else self.cfg.alpha
 
+    def is_unlikelihood_step(self, step: int) -> bool:
+        """Whether optimiser step ``step`` is an unlikelihood step (probability ``ul_prob``, seeded by the step)."""
+        p = self.cfg.ul_prob
+        return p > 0 and float(torch.rand(1, generator=step_generator(self.cfg.seed, step, 3))) < p
+
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         step = self.global_step
         alpha = self.alpha_at(step)
-        ul_draw = float(torch.rand(1, generator=step_generator(self.cfg.seed, step, 3)))
-        if ul_draw < self.cfg.ul_prob:
+        if self.is_unlikelihood_step(step):
             loss, logs = unlikelihood_step(self.model, batch, self.cfg, step_generator(self.cfg.seed, step, 4),
                                            self.whitespace)
             self.log_dict(logs, prog_bar=True)
@@ -206,11 +210,11 @@ def unlikelihood_step(model: TriModeLM, batch: torch.Tensor, cfg: LMTrainConfig,
     """One sequence-level unlikelihood step (Welleck et al. 2020) on both streams of the dual forward.
 
     The first ``ul_prefix_len`` tokens of each window ``(N, seq_len)`` prompt an AR-greedy continuation of
-    ``ul_gen_len`` tokens (no gradient, KV cache). Generated tokens inside a repeated ``ul_ngram``-gram,
-    except ``whitespace`` ids, are the candidates. One dual-stream forward over ``[prompt | continuation]``
-    (block length and noise drawn from ``g``) gives the AR logits, whose unlikelihood is taken at the
-    candidates, and the diffusion logits, whose unlikelihood is taken at candidates that are masked; each is
-    averaged over the continuation tokens it could score.
+    ``ul_gen_len`` tokens (no gradient, KV cache, under the caller's autocast). Generated tokens inside a
+    repeated ``ul_ngram``-gram, except ``whitespace`` ids, are the candidates. One dual-stream forward over
+    ``[prompt | continuation]`` (block length and noise drawn from ``g``) gives the AR logits, whose
+    unlikelihood is taken at the candidates, and the diffusion logits, whose unlikelihood is taken at
+    candidates that are masked; each is averaged over the continuation tokens it could score.
 
     Returns ``(loss, logs)`` with ``loss = ul_weight · (UL_AR + UL_diff)``.
     """
@@ -218,8 +222,8 @@ def unlikelihood_step(model: TriModeLM, batch: torch.Tensor, cfg: LMTrainConfig,
 
     p, gl = cfg.ul_prefix_len, cfg.ul_gen_len
     prompts = batch[:, :p]
-    precision = "bf16" if cfg.precision.startswith("bf16") else "fp32"
-    gen = torch.tensor(ar_decode(model, prompts.tolist(), gl, precision=precision).tokens, device=batch.device)
+    # precision 'fp32' adds no autocast of its own: inside Lightning the run's autocast (bf16-mixed) applies
+    gen = torch.tensor(ar_decode(model, prompts.tolist(), gl, precision="fp32").tokens, device=batch.device)
     seq = torch.cat([prompts, gen], dim=1)                                    # (N, p + gl)
     cont = torch.zeros_like(seq, dtype=torch.bool)
     cont[:, p:] = True                                                        # continuation positions
@@ -284,8 +288,11 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     resuming = cfg.resume and last.exists()
     log_csv = out / "logs" / "version_0" / "metrics.csv"
     # Lightning's CSVLogger deletes an existing metrics.csv when it starts: keep the interrupted run's rows
-    earlier_log = _log_before(log_csv, torch.load(last, map_location="cpu", weights_only=False)["global_step"]) \
-        if resuming and log_csv.exists() else None
+    # (the checkpoint is memory-mapped: only its global_step is read here, Lightning restores the rest)
+    earlier_log = None
+    if resuming and log_csv.exists():
+        step = torch.load(last, map_location="cpu", weights_only=False, mmap=True)["global_step"]
+        earlier_log = _log_before(log_csv, step)
     t0 = time.time()
     trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
     wall = time.time() - t0
