@@ -85,6 +85,21 @@ def test_unwritable_run_dir(tmp_path, demo_args, micro_checkpoint):
     _assert_one_line_error(p, "not writable")
     p = run_cli("train", "lm", "--config", "workbench/configs/micro.yaml", "--out_dir", str(blocker / "train"))
     _assert_one_line_error(p, "not writable")
+    p = run_cli("evaluate", "--model", str(micro_checkpoint), "--out_dir", str(blocker / "eval"))
+    _assert_one_line_error(p, "not writable")
+
+
+def test_evaluate_checks_run_dir_before_decoding(tmp_path, monkeypatch):
+    """An unwritable run directory fails before the model is loaded or anything is decoded."""
+    from workbench.evaluation import harness
+    from workbench.utils import RunDirError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setattr(harness, "load_model", lambda *a, **k: pytest.fail("model loaded before the check"))
+    with pytest.raises(RunDirError, match="not writable"):
+        harness.run_evaluate(harness.EvalConfig(out_dir=str(blocker / "eval")))
+    assert not (blocker / "eval").exists()
 
 
 def test_bad_option_value(tmp_path):

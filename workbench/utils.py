@@ -22,6 +22,18 @@ def prepare_run_dir(path: str | os.PathLike) -> Path:
     return p
 
 
+def check_run_dir(path: str | os.PathLike) -> None:
+    """Fail early, creating nothing: ``path`` must be a writable directory or creatable under a writable
+    existing ancestor. Raises :class:`RunDirError` (same message as :func:`prepare_run_dir`)."""
+    p = Path(path).absolute()
+    base = p
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
+        reason = "not a directory" if base.exists() and not base.is_dir() else f"{base} is not writable"
+        raise RunDirError(f"run directory {path} is not writable ({reason}); choose another --out_dir")
+
+
 def step_generator(seed: int, step: int, salt: int):
     """A CPU ``torch.Generator`` seeded by ``(seed, step, salt)``: the random draws of a training or
     validation step depend only on the run seed and the step, so a resumed run repeats them exactly."""
