@@ -1,6 +1,7 @@
 """Bad input: one-line error, non-zero exit, nothing half-written."""
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
@@ -100,6 +101,18 @@ def test_evaluate_checks_run_dir_before_decoding(tmp_path, monkeypatch):
     with pytest.raises(RunDirError, match="not writable"):
         harness.run_evaluate(harness.EvalConfig(out_dir=str(blocker / "eval")))
     assert not (blocker / "eval").exists()
+
+
+def test_check_run_dir_probes_for_real(tmp_path):
+    """``check_run_dir`` creates nothing on success and refuses a path it cannot write even where
+    ``os.access`` says yes (root on /proc), by making and removing a probe directory."""
+    from workbench.utils import RunDirError, check_run_dir
+
+    check_run_dir(tmp_path / "a" / "b")
+    assert list(tmp_path.iterdir()) == []
+    if Path("/proc/self").is_dir():             # procfs (Linux): no new entries, whoever the user is
+        with pytest.raises(RunDirError, match="not writable"):
+            check_run_dir("/proc/workbench-run")
 
 
 def test_bad_option_value(tmp_path):

@@ -23,15 +23,22 @@ def prepare_run_dir(path: str | os.PathLike) -> Path:
 
 
 def check_run_dir(path: str | os.PathLike) -> None:
-    """Fail early, creating nothing: ``path`` must be a writable directory or creatable under a writable
-    existing ancestor. Raises :class:`RunDirError` (same message as :func:`prepare_run_dir`)."""
+    """Fail early, leaving nothing behind: ``path`` must be a writable directory or creatable under its
+    nearest existing ancestor. The check makes and removes a temporary directory there, because
+    ``os.access`` answers yes for root on read-only or virtual file systems such as ``/proc``.
+    Raises :class:`RunDirError` (same message as :func:`prepare_run_dir`)."""
     p = Path(path).absolute()
     base = p
     while not base.exists() and base != base.parent:
         base = base.parent
-    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
-        reason = "not a directory" if base.exists() and not base.is_dir() else f"{base} is not writable"
-        raise RunDirError(f"run directory {path} is not writable ({reason}); choose another --out_dir")
+    if not base.is_dir():
+        raise RunDirError(f"run directory {path} is not writable (not a directory); choose another --out_dir")
+    try:
+        with tempfile.TemporaryDirectory(dir=base, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise RunDirError(f"run directory {path} is not writable (cannot create entries in {base}: "
+                          f"{e.strerror or e}); choose another --out_dir") from None
 
 
 def step_generator(seed: int, step: int, salt: int):
