@@ -26,7 +26,8 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
         assert (out / f).exists(), f
     assert not (tmp_path / "demo.partial").exists()
     df = pd.read_parquet(out / "results.parquet")
-    assert set(df["policy"]) == {"ar_greedy", "serial", "confidence"} and set(df["mode"]) == {"real", "free"}
+    assert set(df["policy"]) == {"ar_greedy", "ar_sample", "serial", "confidence"} and set(df["mode"]) == {"real", "free"}
+    assert set(df[df["policy"] == "ar_sample"]["mode"]) == {"free"}
     assert (df["tpf"] >= 1.0).all() and (df["tokens"] == 16).all()
     ser = df[df["policy"] == "serial"]
     assert (ser["tpf"] == 1.0).all() and (ser["agree_serial"] == 1.0).all()
@@ -34,6 +35,10 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
     assert metrics["heldout"]["unigram_nats_per_token"] > 0
     report = (out / "report.md").read_text()
     assert "Headline" in report and "unigram baseline" in report
+    # the free-running degeneration check: greedy, diffusion, sampling and real rows, and a verdict
+    fr_run = metrics["free_running"]
+    assert set(fr_run["rows"]) == {"real continuation", "AR greedy", "diffusion B=8 τ=0.9", "AR sampling T=1"}
+    assert "Free-running output" in report and "Target: free-running" in report
     assert "decoding summary" in p.stdout
     # the trajectory store section (issue 3)
     assert "Trajectory store" in report and metrics["collection"]["info"]["block_lengths"]["8"]["trajectories"] == 120

@@ -20,12 +20,16 @@ from ..corpus import by_split, load_corpus
 from ..decoding import DecodeResult, get_policy
 from ..decoding.base import DecodeError, check_lengths, check_threshold
 from ..tokenizer import is_byte_tokenizer
-from .metrics import agreement, ar_nll, first_line, nan_mean, repetition_rate, whitespace_ids, whitespace_share_multi
+from .metrics import (agreement, ar_nll, first_line, known_words, nan_mean, oov_word_rate, repetition_rate,
+                      whitespace_ids, whitespace_share_multi)
 from .prompts import Prompt, make_prompts
 
 MODES = ("real", "free")
 METRIC_COLUMNS = ("tpf", "tpf_real", "agree_ar", "agree_serial", "token_acc", "first_line_exact", "ar_nll",
-                  "repetition", "real_repetition", "ws_share_multi", "real_ws_share", "tokens_per_s")
+                  "repetition", "real_repetition", "oov_word_rate", "real_oov_word_rate", "ws_share", "ws_share_multi",
+                  "real_ws_share", "tokens_per_s")
+KNOBS = {"ar_sample": "temperature"}
+"""The keyword the 4th element of a run tuple sets, per policy (default: ``threshold``)."""
 
 
 @dataclass
@@ -50,6 +54,9 @@ class EvalConfig:
     """Confidence thresholds τ in (0, 1]."""
     modes: list[str] = field(default_factory=lambda: ["real", "free"])
     """Context modes: 'real' and/or 'free'."""
+    sample_temperatures: list[float] = field(default_factory=list)
+    """Temperatures of extra free-running AR sampling runs (policy ``ar_sample``): the model's own
+    distribution next to the greedy path, a diagnostic of looping (Holtzman et al. 2020). Empty: none."""
     batch_size: int = 16
     """Prompts decoded together in lockstep."""
     precision: str = "bf16"
@@ -77,6 +84,9 @@ class EvalConfig:
                 raise DecodeError(f"block length {b} does not divide gen_len {self.gen_len}")
         if self.batch_size <= 0:
             raise ValueError("batch_size must be positive")
+        for t in self.sample_temperatures:
+            if not t > 0:
+                raise ValueError(f"sample temperature must be > 0, got {t}")
 
 
 def decode_prompts(model, policy: str, prompts: list[Prompt], mode: str, bs: int, pad_id: int, **kw) -> DecodeResult:
@@ -112,22 +122,28 @@ def _nll(model, prompts, res: DecodeResult, mode: str, block_length: int | None,
 
 
 def default_runs(cfg: EvalConfig) -> list[tuple]:
-    """The sweep of ``cfg``: (mode, policy, B, τ) for AR greedy, serial and confidence. AR greedy and
-    serial come first in each mode because the other runs are compared with them."""
+    """The sweep of ``cfg``: (mode, policy, B, τ) for AR greedy, serial and confidence, then
+    (free, ar_sample, None, temperature) per ``cfg.sample_temperatures``. AR greedy and serial come first
+    in each mode because the other runs are compared with them."""
     runs = [(mode, "ar_greedy", b, None) for mode in cfg.modes for b in (cfg.block_lengths if mode == "real" else [None])]
     runs += [(mode, "serial", b, None) for mode in cfg.modes for b in cfg.block_lengths]
     runs += [(mode, "confidence", b, t) for mode in cfg.modes for b in cfg.block_lengths for t in cfg.thresholds]
+    if "free" in cfg.modes:
+        runs += [("free", "ar_sample", None, t) for t in cfg.sample_temperatures]
     return runs
 
 
 def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, runs: list[tuple] | None = None,
-                   policy_kwargs: dict | None = None) -> pd.DataFrame:
+                   policy_kwargs: dict | None = None, known: set[str] | None = None) -> pd.DataFrame:
     """Run ``runs`` (default: the sweep of ``cfg``, see :func:`default_runs`) on ``prompts``; one row per
     (prompt, mode, policy, B, τ) with :data:`METRIC_COLUMNS` plus identifiers and the generated text.
 
-    ``runs`` are ``(mode, policy, block_length, threshold)`` tuples; every (mode, B) needs its AR-greedy
-    run (free mode: B = None) before the others, and its serial run for ``agree_serial``.
+    ``runs`` are ``(mode, policy, block_length, knob)`` tuples, the knob being the threshold τ, or the
+    temperature for the policies in :data:`KNOBS`; every (mode, B) needs its AR-greedy run (free mode:
+    B = None) before the others, and its serial run for ``agree_serial``.
     ``policy_kwargs`` maps a policy name to extra keyword arguments (e.g. the loaded sampler).
+    ``known``: identifiers of the train split (:func:`~workbench.evaluation.metrics.known_words`) for
+    ``oov_word_rate``; ``None`` leaves that column NaN.
     """
     cfg.validate()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -139,10 +155,11 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
     serial_out: dict = {}
     bar = tqdm(runs, desc="evaluate", disable=not cfg.progress_bar)
     for mode, policy, b, t in bar:
-        bar.set_postfix_str(f"{mode} {policy} B={b} τ={t}")
+        knob = KNOBS.get(policy, "threshold")
+        bar.set_postfix_str(f"{mode} {policy} B={b} {knob}={t}")
         kw = {"precision": cfg.precision, "block_length": b}
         if t is not None:
-            kw["threshold"] = t
+            kw[knob] = t
         kw.update(policy_kwargs.get(policy, {}))
         res = decode_prompts(model, policy, prompts, mode, cfg.batch_size, pad, **kw)
         if policy == "ar_greedy":
@@ -156,29 +173,38 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
         for i, p in enumerate(prompts):
             gen = res.tokens[i]
             text, real_text = tokenizer.decode(gen), tokenizer.decode(list(p.real))
-            wsm, n_multi = whitespace_share_multi(res.step_tokens[i], ws) if policy != "ar_greedy" else (float("nan"), 0)
+            wsm, n_multi = whitespace_share_multi(res.step_tokens[i], ws) if not policy.startswith("ar_") \
+                else (float("nan"), 0)
             rows.append(dict(
                 prompt_id=p.prompt_id, path=p.path, category=p.category, mode=mode, policy=policy,
-                block_length=b if b is not None else 0, threshold=t if t is not None else float("nan"),
+                block_length=b if b is not None else 0,
+                threshold=t if t is not None and knob == "threshold" else float("nan"),
+                temperature=t if t is not None and knob == "temperature" else float("nan"),
                 tokens=len(gen), forwards=res.forwards[i], extra_forwards=res.extra_forwards[i],
                 tpf=res.tpf(i), tpf_real=res.tpf_real(i),
                 agree_ar=agreement(gen, ar_ref.tokens[i]) if ar_ref is not None else float("nan"),
                 agree_serial=agreement(gen, ser_ref.tokens[i]) if ser_ref is not None else float("nan"),
                 token_acc=agreement(gen, p.real), first_line_exact=float(first_line(text) == first_line(real_text)),
                 ar_nll=nll[i], repetition=repetition_rate(gen), real_repetition=repetition_rate(list(p.real)),
-                ws_share_multi=wsm, multi_tokens=n_multi,
+                oov_word_rate=oov_word_rate(text, known) if known is not None else float("nan"),
+                real_oov_word_rate=oov_word_rate(real_text, known) if known is not None else float("nan"),
+                ws_share=sum(x in ws for x in gen) / len(gen), ws_share_multi=wsm, multi_tokens=n_multi,
                 real_ws_share=sum(x in ws for x in p.real) / len(p.real), tokens_per_s=tps, text=text,
                 sampler_s_per_step=res.sampler_seconds / res.sampler_calls if res.sampler_calls else float("nan"),
                 forward_s_per_step=(res.wall_time - res.sampler_seconds) / max(1, res.model_calls)))
     return pd.DataFrame(rows)
 
 
-def summarize(df: pd.DataFrame, by=("mode", "policy", "block_length", "threshold")) -> pd.DataFrame:
-    """Mean of every metric per group (NaN thresholds grouped as one value)."""
-    g = df.assign(threshold=df["threshold"].fillna(-1.0)).groupby(list(by), sort=True)
+def summarize(df: pd.DataFrame, by=("mode", "policy", "block_length", "threshold", "temperature")) -> pd.DataFrame:
+    """Mean of every metric per group of the ``by`` columns present in ``df`` (NaN thresholds and
+    temperatures grouped as one value)."""
+    knobs = [c for c in ("threshold", "temperature") if c in df.columns]
+    g = df.assign(**{c: df[c].fillna(-1.0) for c in knobs}).groupby([c for c in by if c in df.columns], sort=True)
     cols = [c for c in METRIC_COLUMNS if c in df.columns]
     out = g[cols].agg(lambda s: nan_mean(s.tolist())).reset_index()
-    out["threshold"] = out["threshold"].where(out["threshold"] >= 0)
+    for c in knobs:
+        if c in out:
+            out[c] = out[c].where(out[c] >= 0)
     out["n_prompts"] = g.size().values
     return out
 
@@ -236,11 +262,12 @@ def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFr
     if model is None:
         model, tokenizer, meta = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
     check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
-    docs = by_split(load_corpus(cfg.corpus), cfg.split)
+    all_docs = load_corpus(cfg.corpus)
+    docs = by_split(all_docs, cfg.split)
     prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len,
                            None if is_byte_tokenizer(tokenizer) else tokenizer)
     t0 = time.time()
-    df = evaluate_model(model, tokenizer, prompts, cfg)
+    df = evaluate_model(model, tokenizer, prompts, cfg, known=known_words(d.text for d in by_split(all_docs, "train")))
     summary = summarize(df)
     out = prepare_run_dir(cfg.out_dir)
     df.to_parquet(out / "results.parquet", index=False)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import torch
@@ -32,6 +33,35 @@ def repetition_rate(tokens, n: int = 8) -> float:
     (0 = no repeated n-gram; runs of one token or looping lines push it towards 1)."""
     starts = repeated_ngram_starts(tokens, n)
     return sum(starts) / len(starts) if starts else float("nan")
+
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A Python identifier (or keyword): the words :func:`oov_word_rate` counts."""
+
+
+def identifier_words(text: str, min_len: int = 4, drop_last_partial: bool = False) -> list[str]:
+    """Identifiers of ``text`` with at least ``min_len`` characters, in order. With
+    ``drop_last_partial``, a word that touches the end of ``text`` is left out (a continuation cut at a
+    token budget may end inside a word)."""
+    words = [(m.group(), m.end()) for m in IDENTIFIER.finditer(text)]
+    return [w for w, end in words if len(w) >= min_len and not (drop_last_partial and end == len(text))]
+
+
+def known_words(texts, min_len: int = 4) -> set[str]:
+    """The set of identifiers (≥ ``min_len`` characters) of ``texts``, e.g. the train split's files."""
+    out: set[str] = set()
+    for t in texts:
+        out.update(identifier_words(t, min_len))
+    return out
+
+
+def oov_word_rate(text: str, known: set[str], min_len: int = 4) -> float:
+    """Share of the identifiers (≥ ``min_len`` characters) of a continuation ``text`` that never occur in
+    ``known`` (out-of-vocabulary words, e.g. ``assertEquat``). A word cut by the end of ``text`` is not
+    counted. A model that escapes a loop by misspelling lowers :func:`repetition_rate` but raises this.
+    NaN when ``text`` has no such word."""
+    words = identifier_words(text, min_len, drop_last_partial=True)
+    return sum(w not in known for w in words) / len(words) if words else float("nan")
 
 
 def first_line(text: str) -> str:
