@@ -54,6 +54,11 @@ def test_sample_runs_sit_next_to_greedy(micro_model, tokenizer):
         assert r["ws_share"] == pytest.approx(sum(c in " \t\n\r\x0b\x0c" for c in r["text"]) / 16)
     real = df[df["policy"] == "ar_greedy"]
     assert (real["real_oov_word_rate"] == 0).all()                      # the real text uses only known words
+    for _, r in df.iterrows():                                          # free-running: the text's own rate
+        assert r["oov_word_rate"] == pytest.approx(oov_word_rate(r["text"], known), nan_ok=True)
+    real_ctx = evaluate_model(micro_model, tokenizer, _prompts(), EvalConfig(
+        block_lengths=[8], thresholds=[0.9], modes=["real"], gen_len=16, precision="fp32", progress_bar=False), known=known)
+    assert real_ctx["oov_word_rate"].isna().all()                       # blocks after real text: no words of their own
     s = summarize(df)
     rows = s[s["policy"] == "ar_sample"]
     assert len(rows) == 2 and set(rows["temperature"]) == {0.5, 1.0} and (rows["n_prompts"] == 3).all()

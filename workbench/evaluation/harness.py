@@ -143,7 +143,8 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
     B = None) before the others, and its serial run for ``agree_serial``.
     ``policy_kwargs`` maps a policy name to extra keyword arguments (e.g. the loaded sampler).
     ``known``: identifiers of the train split (:func:`~workbench.evaluation.metrics.known_words`) for
-    ``oov_word_rate``; ``None`` leaves that column NaN.
+    ``oov_word_rate``; ``None`` leaves that column NaN. It is NaN in real-context mode too, where the
+    generated blocks, each following the real text, join into words no block wrote.
     """
     cfg.validate()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -186,7 +187,7 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
                 agree_serial=agreement(gen, ser_ref.tokens[i]) if ser_ref is not None else float("nan"),
                 token_acc=agreement(gen, p.real), first_line_exact=float(first_line(text) == first_line(real_text)),
                 ar_nll=nll[i], repetition=repetition_rate(gen), real_repetition=repetition_rate(list(p.real)),
-                oov_word_rate=oov_word_rate(text, known) if known is not None else float("nan"),
+                oov_word_rate=oov_word_rate(text, known) if known is not None and mode == "free" else float("nan"),
                 real_oov_word_rate=oov_word_rate(real_text, known) if known is not None else float("nan"),
                 ws_share=sum(x in ws for x in gen) / len(gen), ws_share_multi=wsm, multi_tokens=n_multi,
                 real_ws_share=sum(x in ws for x in p.real) / len(p.real), tokens_per_s=tps, text=text,
