@@ -56,8 +56,9 @@ def test_sample_runs_sit_next_to_greedy(micro_model, tokenizer):
     assert (real["real_oov_word_rate"] == 0).all()                      # the real text uses only known words
     for _, r in df.iterrows():                                          # free-running: the text's own rate
         assert r["oov_word_rate"] == pytest.approx(oov_word_rate(r["text"], known), nan_ok=True)
-    real_ctx = evaluate_model(micro_model, tokenizer, _prompts(), EvalConfig(
-        block_lengths=[8], thresholds=[0.9], modes=["real"], gen_len=16, precision="fp32", progress_bar=False), known=known)
+    real_cfg = EvalConfig(block_lengths=[8], thresholds=[0.9], modes=["real"], gen_len=16, precision="fp32",
+                          progress_bar=False)
+    real_ctx = evaluate_model(micro_model, tokenizer, _prompts(), real_cfg, known=known)
     assert real_ctx["oov_word_rate"].isna().all()                       # blocks after real text: no words of their own
     s = summarize(df)
     rows = s[s["policy"] == "ar_sample"]

@@ -154,8 +154,8 @@ def run_demo(cfg: DemoConfig) -> Path:
         torch.set_num_threads(cfg.threads)
     ecfg = EvalConfig(model=cfg.model, corpus=cfg.corpus, n_prompts=cfg.n_prompts, prompt_len=cfg.prompt_len,
                       gen_len=cfg.gen_len, block_lengths=cfg.block_lengths, thresholds=cfg.thresholds,
-                      modes=cfg.modes, sample_temperatures=cfg.sample_temperatures, batch_size=cfg.batch_size, precision=cfg.precision, device=cfg.device,
-                      out_dir=cfg.out_dir, progress_bar=cfg.progress_bar)
+                      modes=cfg.modes, sample_temperatures=cfg.sample_temperatures, batch_size=cfg.batch_size,
+                      precision=cfg.precision, device=cfg.device, out_dir=cfg.out_dir, progress_bar=cfg.progress_bar)
     ecfg.validate()
     final = Path(cfg.out_dir)
     # build everything in a staging folder and move it into place at the end: no half-written run dir
@@ -337,30 +337,32 @@ def _headline(summary: pd.DataFrame) -> dict:
 
 
 def _degeneration(summary: pd.DataFrame) -> dict | None:
-    """Free-running degeneration check: repetition, whitespace share and out-of-vocabulary word rate of
-    AR greedy, diffusion at the headline (B, τ) (else the sweep's largest B and τ), AR sampling
-    (diagnostic) and the real continuations, and
-    whether greedy and diffusion stay within :data:`TARGETS` ``free_running_ratio`` of the real text.
-    ``None`` without free-running runs."""
+    """Free-running degeneration check from the summary means.
+
+    Rows: repetition, whitespace share and out-of-vocabulary word rate of the real continuations, AR
+    greedy, diffusion at the headline (B, τ) (else the sweep's largest B and τ) and AR sampling (a
+    diagnostic). Verdict: greedy and diffusion each within :data:`TARGETS` ``free_running_ratio`` of the
+    real text on repetition and whitespace share. ``None`` without free-running runs."""
     free = summary[summary["mode"] == "free"]
     greedy, conf = free[free["policy"] == "ar_greedy"], free[free["policy"] == "confidence"]
     if not len(greedy) or not len(conf):
         return None
     # the headline (B, τ); a sweep without it falls back to its largest B and τ
-    b = HEADLINE["block_length"] if (conf["block_length"] == HEADLINE["block_length"]).any() else conf["block_length"].max()
+    b = HEADLINE["block_length"]
+    b = b if (conf["block_length"] == b).any() else conf["block_length"].max()
     conf = conf[conf["block_length"] == b]
     t = HEADLINE["threshold"] if np.isclose(conf["threshold"], HEADLINE["threshold"]).any() else conf["threshold"].max()
     diff = conf[np.isclose(conf["threshold"], t)]
-    real = greedy.iloc[0]
-    rows = {"real continuation": {"repetition": float(real["real_repetition"]), "ws_share": float(real["real_ws_share"]),
-                                  "oov_word_rate": float(real["real_oov_word_rate"])}}
+
+    def measures(r, prefix=""):
+        return {k: float(r[prefix + k]) for k in ("repetition", "ws_share", "oov_word_rate")}
+
+    rows = {"real continuation": measures(greedy.iloc[0], "real_")}
     label = f"diffusion B={b} τ={t:g}"
     for name, r in [("AR greedy", greedy.iloc[0]), (label, diff.iloc[0])]:
-        rows[name] = {"repetition": float(r["repetition"]), "ws_share": float(r["ws_share"]),
-                      "ws_share_multi": float(r["ws_share_multi"]), "oov_word_rate": float(r["oov_word_rate"])}
+        rows[name] = {**measures(r), "ws_share_multi": float(r["ws_share_multi"])}
     for _, r in free[free["policy"] == "ar_sample"].iterrows():
-        rows[f"AR sampling T={r['temperature']:g}"] = {"repetition": float(r["repetition"]), "ws_share": float(r["ws_share"]),
-                                                     "oov_word_rate": float(r["oov_word_rate"])}
+        rows[f"AR sampling T={r['temperature']:g}"] = measures(r)
     k = TARGETS["free_running_ratio"]
     ref = rows["real continuation"]
     met = {name: rows[name]["repetition"] <= k * ref["repetition"] and rows[name]["ws_share"] <= k * ref["ws_share"]
@@ -442,8 +444,8 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
               "![accuracy vs TPF](accuracy_vs_tpf.png)", "", "![token accuracy vs TPF](token_acc_vs_tpf.png)", ""]
     if metrics.get("free_running"):
         lines += _degeneration_section(metrics["free_running"])
-    cols = ["policy", "block_length", "threshold", "temperature", "tpf", "tpf_real", "agree_serial", "agree_ar", "token_acc",
-            "first_line_exact", "ar_nll", "repetition", "ws_share_multi", "tokens_per_s"]
+    cols = ["policy", "block_length", "threshold", "temperature", "tpf", "tpf_real", "agree_serial", "agree_ar",
+            "token_acc", "first_line_exact", "ar_nll", "repetition", "ws_share_multi", "tokens_per_s"]
     for mode in summary["mode"].unique():
         s = summary[summary["mode"] == mode].sort_values(["policy", "block_length", "threshold"])
         shown = [c for c in cols if c != "temperature" or s["temperature"].notna().any()]
@@ -500,12 +502,13 @@ def _degeneration_section(d: dict) -> list[str]:
              "whitespace share of multi-token commits |", "|---|---|---|---|---|"]
     for name, v in d["rows"].items():
         ratio = lambda k: "" if name == "real continuation" else f" ({v[k] / max(real[k], 1e-9):.1f}×)"  # noqa: E731
-        lines.append(f"| {name} | {v['repetition']:.3f}{ratio('repetition')} | {v['ws_share']:.3f}{ratio('ws_share')} | "
-                     f"{fmt(v['oov_word_rate'])} | {fmt(v.get('ws_share_multi'))} |")
+        lines.append(f"| {name} | {v['repetition']:.3f}{ratio('repetition')} | {v['ws_share']:.3f}"
+                     f"{ratio('ws_share')} | {fmt(v['oov_word_rate'])} | {fmt(v.get('ws_share_multi'))} |")
     ok = lambda c: "met" if c else "NOT met"  # noqa: E731
     per_policy = ", ".join(f"{k}: {ok(v)}" for k, v in d["met_by_policy"].items())
-    lines += ["", f"Target: free-running AR-greedy and diffusion continuations not degenerate, read as repetition and "
-              f"whitespace share each ≤ {d['ratio']}× the real continuations': **{ok(d['met'])}** ({per_policy}).", ""]
+    lines += ["", f"Target: free-running AR-greedy and diffusion continuations not degenerate, read as repetition "
+              f"and whitespace share each ≤ {d['ratio']}× the real continuations': **{ok(d['met'])}** "
+              f"({per_policy}).", ""]
     return lines
 
 
