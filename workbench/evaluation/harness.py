@@ -157,7 +157,7 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
     bar = tqdm(runs, desc="evaluate", disable=not cfg.progress_bar)
     for mode, policy, b, t in bar:
         knob = KNOBS.get(policy, "threshold")
-        bar.set_postfix_str(f"{mode} {policy} B={b} {knob}={t}")
+        bar.set_postfix_str(f"{mode} {policy} B={b}" + (f" {knob}={t}" if t is not None else ""))
         kw = {"precision": cfg.precision, "block_length": b}
         if t is not None:
             kw[knob] = t
