@@ -323,16 +323,13 @@ def _headline(summary: pd.DataFrame) -> dict:
         if len(s):
             r = s.iloc[0]
             out[mode] = {k: float(r[k]) for k in ("tpf", "tpf_real", "agree_serial", "agree_ar", "token_acc",
-                                                 "repetition", "real_repetition", "ws_share_multi", "real_ws_share",
-                                                 "oov_word_rate", "real_oov_word_rate")}
+                                                 "repetition", "real_repetition", "ws_share_multi", "real_ws_share")}
         ar = summary[(summary["mode"] == mode) & (summary["policy"] == "ar_greedy")]
         if len(ar):
             r = ar.iloc[0] if mode == "free" else ar[ar["block_length"] == HEADLINE["block_length"]].iloc[0] \
                 if (ar["block_length"] == HEADLINE["block_length"]).any() else ar.iloc[0]
             out.setdefault(mode, {})["ar_repetition"] = float(r["repetition"])
             out[mode]["ar_token_acc"] = float(r["token_acc"])
-            out[mode]["ar_ws_share"] = float(r["ws_share"])
-            out[mode]["ar_oov_word_rate"] = float(r["oov_word_rate"])
     return out
 
 

@@ -10,35 +10,41 @@ class RunDirError(OSError):
     """Raised when a run directory cannot be created or written."""
 
 
+def _not_writable(path, reason: str) -> RunDirError:
+    return RunDirError(f"run directory {path} is not writable ({reason}); choose another --out_dir")
+
+
+def _probe_writable(base: Path, path) -> None:
+    """Make and remove a temporary directory in ``base``; :class:`RunDirError` naming ``path`` if that fails.
+    A real write, because ``os.access`` answers yes for root on read-only or virtual file systems (``/proc``)."""
+    try:
+        with tempfile.TemporaryDirectory(dir=base, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise _not_writable(path, f"cannot create entries in {base}: {e.strerror or e}") from None
+
+
 def prepare_run_dir(path: str | os.PathLike) -> Path:
     """Create ``path`` (and parents) and check it is writable; raise :class:`RunDirError` otherwise."""
     p = Path(path)
     try:
         p.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=p, prefix=".write-test-"):
-            pass
     except OSError as e:
-        raise RunDirError(f"run directory {p} is not writable ({e.strerror or e}); choose another --out_dir") from None
+        raise _not_writable(p, e.strerror or str(e)) from None
+    _probe_writable(p, p)
     return p
 
 
 def check_run_dir(path: str | os.PathLike) -> None:
     """Fail early, leaving nothing behind: ``path`` must be a writable directory or creatable under its
-    nearest existing ancestor. The check makes and removes a temporary directory there, because
-    ``os.access`` answers yes for root on read-only or virtual file systems such as ``/proc``.
-    Raises :class:`RunDirError` (same message as :func:`prepare_run_dir`)."""
-    p = Path(path).absolute()
-    base = p
+    nearest existing ancestor (probed with a real write there). Raises :class:`RunDirError` (same message
+    as :func:`prepare_run_dir`)."""
+    base = Path(path).absolute()
     while not base.exists() and base != base.parent:
         base = base.parent
     if not base.is_dir():
-        raise RunDirError(f"run directory {path} is not writable (not a directory); choose another --out_dir")
-    try:
-        with tempfile.TemporaryDirectory(dir=base, prefix=".write-test-"):
-            pass
-    except OSError as e:
-        raise RunDirError(f"run directory {path} is not writable (cannot create entries in {base}: "
-                          f"{e.strerror or e}); choose another --out_dir") from None
+        raise _not_writable(path, "not a directory")
+    _probe_writable(base, path)
 
 
 def step_generator(seed: int, step: int, salt: int):

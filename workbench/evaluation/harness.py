@@ -21,7 +21,7 @@ from ..decoding import DecodeResult, get_policy
 from ..decoding.base import DecodeError, check_lengths, check_threshold
 from ..tokenizer import is_byte_tokenizer
 from .metrics import (agreement, ar_nll, first_line, known_words, nan_mean, oov_word_rate, repetition_rate,
-                      whitespace_ids, whitespace_share_multi)
+                      whitespace_ids, whitespace_share, whitespace_share_multi)
 from .prompts import Prompt, make_prompts
 
 MODES = ("real", "free")
@@ -133,6 +133,13 @@ def default_runs(cfg: EvalConfig) -> list[tuple]:
     return runs
 
 
+def _real_metrics(p: Prompt, tokenizer, ws: set[int], known: set[str] | None) -> dict:
+    """Text, repetition, whitespace share and OOV word rate of the real continuation of ``p``."""
+    text = tokenizer.decode(list(p.real))
+    return {"text": text, "repetition": repetition_rate(list(p.real)), "ws_share": whitespace_share(p.real, ws),
+            "oov_word_rate": oov_word_rate(text, known) if known is not None else float("nan")}
+
+
 def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, runs: list[tuple] | None = None,
                    policy_kwargs: dict | None = None, known: set[str] | None = None) -> pd.DataFrame:
     """Run ``runs`` (default: the sweep of ``cfg``, see :func:`default_runs`) on ``prompts``; one row per
@@ -154,6 +161,8 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
     policy_kwargs = policy_kwargs or {}
     ar_out: dict = {}
     serial_out: dict = {}
+    nan = float("nan")
+    real = [_real_metrics(p, tokenizer, ws, known) for p in prompts]    # once per prompt, not once per run
     bar = tqdm(runs, desc="evaluate", disable=not cfg.progress_bar)
     for mode, policy, b, t in bar:
         knob = KNOBS.get(policy, "threshold")
@@ -172,25 +181,24 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
         ser_ref = serial_out.get((mode, b))
         tps = sum(len(x) for x in res.tokens) / max(res.wall_time, 1e-9)
         for i, p in enumerate(prompts):
-            gen = res.tokens[i]
-            text, real_text = tokenizer.decode(gen), tokenizer.decode(list(p.real))
-            wsm, n_multi = whitespace_share_multi(res.step_tokens[i], ws) if not policy.startswith("ar_") \
-                else (float("nan"), 0)
+            gen, r = res.tokens[i], real[i]
+            text = tokenizer.decode(gen)
+            wsm, n_multi = whitespace_share_multi(res.step_tokens[i], ws) if not policy.startswith("ar_") else (nan, 0)
             rows.append(dict(
                 prompt_id=p.prompt_id, path=p.path, category=p.category, mode=mode, policy=policy,
                 block_length=b if b is not None else 0,
-                threshold=t if t is not None and knob == "threshold" else float("nan"),
-                temperature=t if t is not None and knob == "temperature" else float("nan"),
+                threshold=t if t is not None and knob == "threshold" else nan,
+                temperature=t if t is not None and knob == "temperature" else nan,
                 tokens=len(gen), forwards=res.forwards[i], extra_forwards=res.extra_forwards[i],
                 tpf=res.tpf(i), tpf_real=res.tpf_real(i),
                 agree_ar=agreement(gen, ar_ref.tokens[i]) if ar_ref is not None else float("nan"),
                 agree_serial=agreement(gen, ser_ref.tokens[i]) if ser_ref is not None else float("nan"),
-                token_acc=agreement(gen, p.real), first_line_exact=float(first_line(text) == first_line(real_text)),
-                ar_nll=nll[i], repetition=repetition_rate(gen), real_repetition=repetition_rate(list(p.real)),
-                oov_word_rate=oov_word_rate(text, known) if known is not None and mode == "free" else float("nan"),
-                real_oov_word_rate=oov_word_rate(real_text, known) if known is not None else float("nan"),
-                ws_share=sum(x in ws for x in gen) / len(gen), ws_share_multi=wsm, multi_tokens=n_multi,
-                real_ws_share=sum(x in ws for x in p.real) / len(p.real), tokens_per_s=tps, text=text,
+                token_acc=agreement(gen, p.real), first_line_exact=float(first_line(text) == first_line(r["text"])),
+                ar_nll=nll[i], repetition=repetition_rate(gen), real_repetition=r["repetition"],
+                oov_word_rate=oov_word_rate(text, known) if known is not None and mode == "free" else nan,
+                real_oov_word_rate=r["oov_word_rate"],
+                ws_share=whitespace_share(gen, ws), ws_share_multi=wsm, multi_tokens=n_multi,
+                real_ws_share=r["ws_share"], tokens_per_s=tps, text=text,
                 sampler_s_per_step=res.sampler_seconds / res.sampler_calls if res.sampler_calls else float("nan"),
                 forward_s_per_step=(res.wall_time - res.sampler_seconds) / max(1, res.model_calls)))
     return pd.DataFrame(rows)

@@ -78,6 +78,11 @@ def whitespace_ids(tokenizer, vocab_size: int) -> set[int]:
     return out
 
 
+def whitespace_share(tokens, ws: set[int]) -> float:
+    """Share of whitespace ids ``ws`` among ``tokens`` (NaN for an empty sequence)."""
+    return sum(t in ws for t in tokens) / len(tokens) if len(tokens) else float("nan")
+
+
 def whitespace_share_multi(step_tokens: list[list[int]], ws: set[int]) -> tuple[float, int]:
     """Share of whitespace among tokens committed in forwards that committed ≥ 2 tokens, and their count.
     NaN when no forward committed more than one token."""

@@ -19,6 +19,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
 from ..data import LMDataModule
+from ..evaluation.metrics import whitespace_ids
 from ..model.io import load_checkpoint, save_checkpoint
 from ..model.losses import AVERAGING, ar_loss, diffusion_loss, joint_loss
 from ..model.noise import mask_blocks
@@ -272,8 +273,6 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     data = LMDataModule(cfg.corpus, cfg.seq_len, cfg.batch_size, train_windows=cfg.max_steps * cfg.batch_size,
                         val_windows=cfg.val_windows, seed=cfg.seed,
                         tokenizer=None if _t.is_byte_tokenizer(tok) else tok)
-    from ..evaluation.metrics import whitespace_ids
-
     module = TriModeLMModule(model, cfg, frozenset(whitespace_ids(tok, model.backbone.config.vocab_size)))
     ckpt_dir = out / "checkpoints"
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=cfg.checkpoint_every,
