@@ -49,7 +49,7 @@ def test_tokenizer_without_mask_token_offers_to_add(tmp_path, demo_args, tokeniz
     assert cfg.get("mask_token") is None
     out = tmp_path / "run"
     p = run_cli("decode", "--model", str(ck), "--gen_len", "8", "--block_length", "4")
-    _assert_one_line_error(p, "no mask token", "--add-mask-token")
+    _assert_one_line_error(p, "no mask token", "--add_mask_token true")
     p = run_cli("decode", "--model", str(ck), "--gen_len", "8", "--block_length", "4", "--add_mask_token", "true")
     assert p.returncode == 0, p.stderr
     assert not out.exists()

@@ -85,7 +85,7 @@ def require_mask_token(tok: PreTrainedTokenizerBase, add: bool = False) -> int:
     if tok.mask_token_id is not None:
         return int(tok.mask_token_id)
     if not add:
-        raise TokenizerError("the tokenizer has no mask token; rerun with --add-mask-token to add [MASK] "
+        raise TokenizerError("the tokenizer has no mask token; rerun with --add_mask_token true to add [MASK] "
                              "(the model's embeddings are resized)")
     tok.add_special_tokens({"mask_token": MASK_TOKEN})
     return int(tok.mask_token_id)
