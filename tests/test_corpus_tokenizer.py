@@ -75,6 +75,6 @@ def test_mask_token_required(tokenizer):
 
     tok = PreTrainedTokenizerFast(tokenizer_object=tokenizer.backend_tokenizer, eos_token="[EOS]")
     tok.mask_token = None
-    with pytest.raises(TokenizerError, match="--add-mask-token"):
+    with pytest.raises(TokenizerError, match="--add_mask_token true"):
         require_mask_token(tok)
     assert require_mask_token(tok, add=True) == tok.mask_token_id
