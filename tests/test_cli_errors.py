@@ -120,3 +120,30 @@ def test_bad_option_value(tmp_path):
     _assert_one_line_error(p, "n_prompts")
     p = run_cli("frobnicate")
     assert p.returncode == 2 and "valid:" in p.stderr
+
+
+def test_staged_dir_replaces_only_on_success(tmp_path):
+    """``staged_dir``: the final directory appears (replacing an old one) only when the block succeeds; a
+    failure leaves the old one untouched and no staging folder; with ``relocate`` the text files name the
+    final path instead of the staging one (a sub-run's recorded ``out_dir``), binary files are left alone."""
+    from workbench.utils import staged_dir
+
+    final = tmp_path / "run"
+    final.mkdir()
+    (final / "old.txt").write_text("old")
+    with pytest.raises(KeyboardInterrupt):
+        with staged_dir(final) as run:
+            (run / "half.json").write_text("{}")
+            raise KeyboardInterrupt
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"] and (final / "old.txt").exists()
+
+    with staged_dir(final, relocate=True) as run:
+        assert run == tmp_path / "run.partial"
+        (run / "sub").mkdir()
+        (run / "sub" / "config.yaml").write_text(f"out_dir: {run / 'sub'}\nmodel: builtin:tiny\n")
+        (run / "metrics.json").write_text(json.dumps({"adapter": str(run / "lora" / "adapter")}))
+        (run / "weights.bin").write_bytes(str(run).encode())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"] and not (final / "old.txt").exists()
+    assert (final / "sub" / "config.yaml").read_text() == f"out_dir: {final / 'sub'}\nmodel: builtin:tiny\n"
+    assert json.loads((final / "metrics.json").read_text()) == {"adapter": str(final / "lora" / "adapter")}
+    assert (final / "weights.bin").read_bytes() == str(tmp_path / "run.partial").encode()

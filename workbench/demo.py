@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import platform
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ from .evaluation.metrics import known_words
 from .evaluation.prompts import make_prompts
 from .report import fmt, markdown_table, plot_accuracy_vs_tpf, plot_training_curves
 from .tokenizer import is_byte_tokenizer
-from .utils import prepare_run_dir
+from .utils import staged_dir
 
 HEADLINE = {"block_length": 16, "threshold": 0.9}
 SHIPPED_LEGS = ("tiny.yaml", "tiny_continue.yaml", "tiny_leg3.yaml", "tiny_leg4.yaml", "tiny_leg5.yaml",
@@ -157,12 +156,8 @@ def run_demo(cfg: DemoConfig) -> Path:
                       modes=cfg.modes, sample_temperatures=cfg.sample_temperatures, batch_size=cfg.batch_size,
                       precision=cfg.precision, device=cfg.device, out_dir=cfg.out_dir, progress_bar=cfg.progress_bar)
     ecfg.validate()
-    final = Path(cfg.out_dir)
     # build everything in a staging folder and move it into place at the end: no half-written run dir
-    run = Path(str(final) + ".partial")
-    shutil.rmtree(run, ignore_errors=True)
-    prepare_run_dir(run)
-    try:
+    with staged_dir(cfg.out_dir, relocate=True) as run:
         model_spec = _retrain(cfg, run) if cfg.retrain else cfg.model
         device = resolve_device(cfg.device)
         model, tok, meta = load_model(model_spec, device, cfg.add_mask_token)
@@ -207,15 +202,14 @@ def run_demo(cfg: DemoConfig) -> Path:
             model_dir = builtin_model_path(str(model_spec).split(":", 1)[1])
         has_curves = plot_training_curves(Path(model_dir) / "training_log.csv", run / "training_curves.png")
 
-        collection = _collect(cfg, model_spec, run, final) if cfg.collect else None
+        collection = _collect(cfg, model_spec, run) if cfg.collect else None
         sampler_stage = _sampler_stage(cfg, model_spec, model, tok, prompts, ecfg, run) \
             if cfg.collect and cfg.sampler and cfg.sampler_block_length in cfg.collect_block_lengths else None
         lora = _lora_stage(cfg, model_spec, run) if cfg.lora else None
         sol_stage = _sol_stage(cfg, model, tok, run, lora["adapter"] if lora else None) if cfg.sol else None
         deer = _deer_stage(cfg, model_spec, run, lora["adapter"] if lora else None) if cfg.deer else None
         headline = _headline(summary)
-        shown_model = str(model_spec).replace(str(run), str(final))
-        metrics = {"model": shown_model, "parameters": n_params, "heldout": held, "splits": split_stats,
+        metrics = {"model": str(model_spec), "parameters": n_params, "heldout": held, "splits": split_stats,
                    "n_prompts": len(prompts), "context_warning": context_warning, "headline": headline,
                    "free_running": _degeneration(summary),
                    "targets": TARGETS, "collection": collection, "sampler": sampler_stage, "sol": sol_stage,
@@ -227,30 +221,24 @@ def run_demo(cfg: DemoConfig) -> Path:
         (run / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
         (run / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
         (run / "report.md").write_text(_report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curves))
-        shutil.rmtree(final, ignore_errors=True)
-        run.rename(final)
-    except BaseException:
-        shutil.rmtree(run, ignore_errors=True)
-        raise
     _print_summary(summary, metrics)
-    return final
+    return Path(cfg.out_dir)
 
 
-def _collect(cfg: DemoConfig, model_spec: str, run: Path, final: Path) -> dict:
+def _collect(cfg: DemoConfig, model_spec: str, run: Path) -> dict:
     """Collect the demo's trajectory store (NLD App. A) and return its numbers for the report."""
     from .trajectories.collect import CollectConfig, run_collect
     from .trajectories.store import store_info
 
     out = cfg.store or str(run / "trajectories.zarr")
-    shown = cfg.store or str(final / "trajectories.zarr")
     ccfg = CollectConfig(model=str(model_spec), out=out, policy=cfg.collect_policy,
                          block_lengths=list(cfg.collect_block_lengths), corpus=cfg.corpus, split="train",
                          n_prompts=cfg.collect_prompts, precision=cfg.precision, progress_bar=cfg.progress_bar,
                          accelerator="cpu" if cfg.device == "cpu" else "auto")
     r = run_collect(ccfg)
     info = store_info(out)
-    info["path"] = shown
-    return {"store": shown, "policy": cfg.collect_policy, "run": r, "info": info}
+    info["path"] = out
+    return {"store": out, "policy": cfg.collect_policy, "run": r, "info": info}
 
 
 def _sampler_stage(cfg: DemoConfig, model_spec, model, tok, prompts, ecfg, run: Path) -> dict:
@@ -379,7 +367,7 @@ def _unlikelihood_note(tc: dict) -> str:
 def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curves) -> str:
     h, held = metrics["headline"], metrics["heldout"]
     b, t = HEADLINE["block_length"], HEADLINE["threshold"]
-    lines = [f"# Workbench demo report", "",
+    lines = ["# Workbench demo report", "",
              f"Model `{metrics['model']}` ({metrics['parameters'] / 1e6:.2f} M parameters), "
              f"corpus `{cfg.corpus}`, {metrics['n_prompts']} held-out code-continuation prompts "
              f"(≤ {cfg.prompt_len} tokens of context ending at a line boundary, {cfg.gen_len} tokens generated). "
@@ -531,6 +519,8 @@ def _print_summary(summary: pd.DataFrame, metrics: dict) -> None:
 
     held = metrics["heldout"]
     con = Console()
+    if not con.is_terminal:  # a log file or CI: rich would squeeze the table into 80 columns
+        con = Console(width=160)
     con.print(f"[bold]held-out AR loss[/] {held['ar_nats_per_token']:.3f} nats/token "
               f"(unigram {held['unigram_nats_per_token']:.3f}); diffusion CE@B16 {held['diff_ce']:.3f}")
     tab = Table(title="workbench demo: decoding summary")

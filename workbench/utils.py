@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 
 class RunDirError(OSError):
@@ -45,6 +48,45 @@ def check_run_dir(path: str | os.PathLike) -> None:
     if not base.is_dir():
         raise _not_writable(path, "not a directory")
     _probe_writable(base, path)
+
+
+_TEXT_SUFFIXES = (".json", ".yaml", ".yml", ".md", ".csv")
+
+
+@contextmanager
+def staged_dir(final: str | os.PathLike, relocate: bool = False) -> Iterator[Path]:
+    """Build a directory in ``<final>.partial`` and move it to ``final`` only if the block succeeds.
+
+    Yields the staging directory (created and checked writable; :class:`RunDirError` otherwise). On success
+    an existing ``final`` is replaced by it; on any exception (Ctrl-C included) the staging directory is
+    removed and the exception re-raised, so ``final`` is never half-written. With ``relocate``, text files
+    inside (``.json``, ``.yaml``, ``.md``, ``.csv``) that name the staging path are rewritten to name
+    ``final``: sub-runs built inside record their own output paths, which the move would leave stale.
+    Binary files (Lightning checkpoints) keep the staging path in their stored hyper-parameters."""
+    final = Path(final)
+    run = Path(str(final) + ".partial")
+    shutil.rmtree(run, ignore_errors=True)
+    prepare_run_dir(run)
+    try:
+        yield run
+        if relocate:
+            _relocate_paths(run, final)
+        shutil.rmtree(final, ignore_errors=True)
+        run.rename(final)
+    except BaseException:
+        shutil.rmtree(run, ignore_errors=True)
+        raise
+
+
+def _relocate_paths(run: Path, final: Path) -> None:
+    """Replace the path ``run`` by ``final`` in every text file under ``run`` (absolute forms included,
+    since the relative path is a suffix of the absolute one)."""
+    old, new = str(run), str(final)
+    for f in run.rglob("*"):
+        if f.suffix in _TEXT_SUFFIXES and f.is_file():
+            text = f.read_text(errors="surrogateescape")
+            if old in text:
+                f.write_text(text.replace(old, new), errors="surrogateescape")
 
 
 def step_generator(seed: int, step: int, salt: int):

@@ -19,7 +19,6 @@ Files in ``out_dir``: ``rows.parquet`` (per prompt and method), ``by_category.pa
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -182,7 +181,7 @@ def run_deer_eval(cfg: DeerEvalConfig, target=None, tokenizer=None) -> Path:
     """
     from ..evaluation.harness import resolve_device
     from ..speculative.linear import linear_self_speculation
-    from ..utils import prepare_run_dir
+    from ..utils import staged_dir
     from .plots import plot_acceptance, plot_alpha
 
     cfg.validate()
@@ -231,25 +230,22 @@ def run_deer_eval(cfg: DeerEvalConfig, target=None, tokenizer=None) -> Path:
     alpha_rows = [{"alpha": a, "method": m, **_overall(table, m, ("tau", "speedup")),
                    "final_val_tau": _last(c, "val/tau")} for m, (a, c) in alphas.items()]
     out = Path(cfg.out_dir)
-    tmp = prepare_run_dir(str(out) + ".partial")
-    df.drop(columns=["ids"]).to_parquet(tmp / "rows.parquet", index=False)
-    table.to_parquet(tmp / "by_category.parquet", index=False)
-    cyc.to_parquet(tmp / "cycles.parquet", index=False)
-    acceptance_histogram(cyc).to_parquet(tmp / "acceptance_hist.parquet", index=False)
-    stage.to_parquet(tmp / "stage_table.parquet", index=False)
-    vs_linear.to_parquet(tmp / "deer_vs_linear.parquet", index=False)
-    pd.DataFrame(alpha_rows).to_parquet(tmp / "alpha.parquet", index=False)
-    curves = pd.concat([c for _, c in alphas.values()], ignore_index=True) if alphas else pd.DataFrame()
-    curves.to_parquet(tmp / "alpha_curves.parquet", index=False)
-    plot_acceptance(cyc, table, tmp / "acceptance.png")
-    if alphas:
-        plot_alpha(curves, pd.DataFrame(alpha_rows), tmp / "alpha.png")
-    overall = table[table["category"] == "all"].drop(columns=["category"]).to_dict(orient="records")
-    (tmp / "summary.json").write_text(json.dumps({"n_prompts": len(prompts), "overall": overall,
-                                                  "stage_table": stage.to_dict(orient="records"),
-                                                  "alpha": alpha_rows}, indent=2, default=float) + "\n")
-    (tmp / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    with staged_dir(out) as tmp:
+        df.drop(columns=["ids"]).to_parquet(tmp / "rows.parquet", index=False)
+        table.to_parquet(tmp / "by_category.parquet", index=False)
+        cyc.to_parquet(tmp / "cycles.parquet", index=False)
+        acceptance_histogram(cyc).to_parquet(tmp / "acceptance_hist.parquet", index=False)
+        stage.to_parquet(tmp / "stage_table.parquet", index=False)
+        vs_linear.to_parquet(tmp / "deer_vs_linear.parquet", index=False)
+        pd.DataFrame(alpha_rows).to_parquet(tmp / "alpha.parquet", index=False)
+        curves = pd.concat([c for _, c in alphas.values()], ignore_index=True) if alphas else pd.DataFrame()
+        curves.to_parquet(tmp / "alpha_curves.parquet", index=False)
+        plot_acceptance(cyc, table, tmp / "acceptance.png")
+        if alphas:
+            plot_alpha(curves, pd.DataFrame(alpha_rows), tmp / "alpha.png")
+        overall = table[table["category"] == "all"].drop(columns=["category"]).to_dict(orient="records")
+        (tmp / "summary.json").write_text(json.dumps({"n_prompts": len(prompts), "overall": overall,
+                                                      "stage_table": stage.to_dict(orient="records"),
+                                                      "alpha": alpha_rows}, indent=2, default=float) + "\n")
+        (tmp / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
     return out

@@ -10,7 +10,6 @@ save_checkpoint` directory loadable with ``load_checkpoint``). A rerun with the 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from pytorch_lightning.loggers import CSVLogger
 
 from ..model.io import save_checkpoint
 from ..model.presets import PRESETS
-from ..utils import prepare_run_dir
+from ..utils import prepare_run_dir, staged_dir
 from .data import TeacherDataModule, load_teacher
 from .masking import NOISE, SPANS
 from .models import build_drafter, count_parameters, load_target
@@ -157,13 +156,8 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
             "teacher_settings": settings, "train_config": asdict(cfg), "global_step": trainer.global_step,
             "parameters": count_parameters(drafter), "final_metrics": metrics}
     drafter.eval()
-    tmp = out / "drafter.partial"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    save_checkpoint(drafter, tok, tmp, meta)
-    if (out / "drafter").exists():
-        shutil.rmtree(out / "drafter")
-    tmp.rename(out / "drafter")
+    with staged_dir(out / "drafter") as tmp:
+        save_checkpoint(drafter, tok, tmp, meta)
     (out / "metrics.json").write_text(json.dumps({"global_step": trainer.global_step, "wall_s_this_run": wall,
                                                   "parameters": count_parameters(drafter), **metrics}, indent=2) + "\n")
     return out / "drafter"

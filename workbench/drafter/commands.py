@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import asdict
 from pathlib import Path
 
@@ -54,29 +53,20 @@ def evaluate_to(cfg: EvalOptions, model_spec: str, drafters: dict, run: Path) ->
 
 def run_eval(cfg: DrafterEvalConfig) -> dict:
     """``workbench drafter eval``: returns ``{"results", "summary", "gains", "out_dir", "wall_s"}``."""
-    from ..utils import prepare_run_dir
+    from ..utils import staged_dir
 
     cfg.validate()
     drafters = cfg.drafters()
-    final = Path(cfg.out_dir)
-    run = Path(str(final) + ".partial")
-    shutil.rmtree(run, ignore_errors=True)
-    prepare_run_dir(run)
-    try:
+    with staged_dir(cfg.out_dir) as run:
         r = evaluate_to(cfg, cfg.model, drafters, run)
         (run / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-        shutil.rmtree(final, ignore_errors=True)
-        run.rename(final)
-    except BaseException:
-        shutil.rmtree(run, ignore_errors=True)
-        raise
-    return {**r, "out_dir": final}
+    return {**r, "out_dir": Path(cfg.out_dir)}
 
 
 def run_ablation(cfg: AblationConfig) -> dict:
     """``workbench drafter ablation``: train the variants, evaluate them, write ``ablation.parquet`` /
     ``ablation.md``; returns ``{"table", "gains", "out_dir"}``."""
-    from ..utils import prepare_run_dir
+    from ..utils import prepare_run_dir, staged_dir
     from .ablation import ablation_markdown, ablation_table, train_variants
 
     cfg.validate()
@@ -84,20 +74,12 @@ def run_ablation(cfg: AblationConfig) -> dict:
     out = prepare_run_dir(cfg.out_dir)
     runs = train_variants(base_cfg, list(cfg.losses), out)
     drafters = ({"base": None} if cfg.include_base else {}) | {k: str(v / "adapter") for k, v in runs.items()}
-    run = out / "eval.partial"
-    shutil.rmtree(run, ignore_errors=True)
-    prepare_run_dir(run)
-    try:
+    with staged_dir(out / "eval") as run:
         r = evaluate_to(cfg, base_cfg.init_from, drafters, run)
         table = ablation_table(r["gains"], runs)
         table.to_parquet(run / "ablation.parquet", index=False)
         (run / "ablation.md").write_text(ablation_markdown(table))
         (run / "config.json").write_text(json.dumps({**asdict(cfg), "train": asdict(base_cfg)}, indent=2) + "\n")
-        shutil.rmtree(out / "eval", ignore_errors=True)
-        run.rename(out / "eval")
-    except BaseException:
-        shutil.rmtree(run, ignore_errors=True)
-        raise
     return {"table": table, "gains": r["gains"], "out_dir": out / "eval"}
 
 

@@ -8,12 +8,12 @@ Adapters are ordinary peft ``save_pretrained`` directories, loadable with
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from peft import LoraConfig, get_peft_model
 
 from ..speculative.adapter import has_adapter, load_adapter  # noqa: F401  (re-exported for the drafter API)
+from ..utils import staged_dir
 
 #: Written next to the peft files: how the adapter was trained (base model, loss, metrics).
 DRAFTER_JSON = "drafter.json"
@@ -47,14 +47,10 @@ def save_adapter(model, out_dir: str | Path, info: dict | None = None) -> Path:
     into ``out_dir``, written as ``<out_dir>.partial`` then renamed (never half-written)."""
     if not has_adapter(model):
         raise ValueError("the model carries no LoRA adapter to save")
-    out = Path(out_dir)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.backbone.save_pretrained(tmp)
-    (tmp / DRAFTER_JSON).write_text(json.dumps(info or {}, indent=2, sort_keys=True, default=str) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out
+    with staged_dir(out_dir) as tmp:
+        model.backbone.save_pretrained(tmp)
+        (tmp / DRAFTER_JSON).write_text(json.dumps(info or {}, indent=2, sort_keys=True, default=str) + "\n")
+    return Path(out_dir)
 
 
 def lora_parameter_names(model) -> list[str]:

@@ -9,7 +9,6 @@ category plus ``category = 'all'``), ``summary.json`` and the resolved ``config.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -100,7 +99,7 @@ def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
     from ..evaluation.harness import load_model, resolve_device
     from ..evaluation.prompts import make_prompts
     from ..tokenizer import is_byte_tokenizer
-    from ..utils import prepare_run_dir
+    from ..utils import staged_dir
     from .evaluate import default_methods, evaluate_speculation, summarize_speculation
 
     cfg.validate()
@@ -113,12 +112,8 @@ def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
                            None if is_byte_tokenizer(tokenizer) else tokenizer)
     methods = default_methods(cfg.draft_lengths, cfg.quadratic_draft_lengths, cfg.ensemble_lambdas,
                               cfg.temperature, cfg.seed)
-    final = Path(cfg.out_dir)
-    run = Path(str(final) + ".partial")
-    shutil.rmtree(run, ignore_errors=True)
-    prepare_run_dir(run)
     t0 = time.time()
-    try:
+    with staged_dir(cfg.out_dir) as run:
         df = evaluate_speculation(model, tokenizer, prompts, methods, cfg.modes, cfg.block_length, cfg.batch_size,
                                   cfg.precision, cfg.progress_bar)
         summary = summarize_speculation(df)
@@ -130,12 +125,7 @@ def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
                                                       "overall": overall.to_dict(orient="records")},
                                                      indent=2, default=float) + "\n")
         (run / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-        shutil.rmtree(final, ignore_errors=True)
-        run.rename(final)
-    except BaseException:
-        shutil.rmtree(run, ignore_errors=True)
-        raise
-    return {"results": df, "summary": summary, "out_dir": final, "wall_s": wall}
+    return {"results": df, "summary": summary, "out_dir": Path(cfg.out_dir), "wall_s": wall}
 
 
 def main(argv: list[str]) -> int:
