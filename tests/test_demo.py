@@ -36,6 +36,8 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
     assert (ser["tpf"] == 1.0).all() and (ser["agree_serial"] == 1.0).all()
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["heldout"]["unigram_nats_per_token"] > 0
+    assert set(metrics["timing_s"]) == {"corpus", "heldout", "evaluation", "collection", "sampler", "lora", "sol", "deer",
+                                        "total"}
     report = (out / "report.md").read_text()
     assert "Headline" in report and "unigram baseline" in report
     # the free-running degeneration check: greedy, diffusion, sampling and real rows, and a verdict

@@ -202,19 +202,28 @@ def run_demo(cfg: DemoConfig) -> Path:
             model_dir = builtin_model_path(str(model_spec).split(":", 1)[1])
         has_curves = plot_training_curves(Path(model_dir) / "training_log.csv", run / "training_curves.png")
 
-        collection = _collect(cfg, model_spec, run) if cfg.collect else None
-        sampler_stage = _sampler_stage(cfg, model_spec, model, tok, prompts, ecfg, run) \
+        stage_s: dict[str, float] = {}          # wall seconds of each later stage, for the report
+
+        def timed(name: str, stage, *args):
+            t = time.time()
+            out = stage(*args)
+            stage_s[name] = time.time() - t
+            return out
+
+        collection = timed("collection", _collect, cfg, model_spec, run) if cfg.collect else None
+        sampler_stage = timed("sampler", _sampler_stage, cfg, model_spec, model, tok, prompts, ecfg, run) \
             if cfg.collect and cfg.sampler and cfg.sampler_block_length in cfg.collect_block_lengths else None
-        lora = _lora_stage(cfg, model_spec, run) if cfg.lora else None
-        sol_stage = _sol_stage(cfg, model, tok, run, lora["adapter"] if lora else None) if cfg.sol else None
-        deer = _deer_stage(cfg, model_spec, run, lora["adapter"] if lora else None) if cfg.deer else None
+        lora = timed("lora", _lora_stage, cfg, model_spec, run) if cfg.lora else None
+        adapter = lora["adapter"] if lora else None
+        sol_stage = timed("sol", _sol_stage, cfg, model, tok, run, adapter) if cfg.sol else None
+        deer = timed("deer", _deer_stage, cfg, model_spec, run, adapter) if cfg.deer else None
         headline = _headline(summary)
         metrics = {"model": str(model_spec), "parameters": n_params, "heldout": held, "splits": split_stats,
                    "n_prompts": len(prompts), "context_warning": context_warning, "headline": headline,
                    "free_running": _degeneration(summary),
                    "targets": TARGETS, "collection": collection, "sampler": sampler_stage, "sol": sol_stage,
                    "lora": lora, "deer": deer,
-                   "timing_s": {"corpus": t_corpus, "heldout": t_held, "evaluation": t_eval,
+                   "timing_s": {"corpus": t_corpus, "heldout": t_held, "evaluation": t_eval, **stage_s,
                                 "total": time.time() - t_start},
                    "device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
                    "machine": platform.machine()}
@@ -372,7 +381,8 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
              f"corpus `{cfg.corpus}`, {metrics['n_prompts']} held-out code-continuation prompts "
              f"(≤ {cfg.prompt_len} tokens of context ending at a line boundary, {cfg.gen_len} tokens generated). "
              f"Device {metrics['device']}, {metrics['threads']} threads, precision {cfg.precision}. "
-             f"Total time {metrics['timing_s']['total']:.0f} s.", ""]
+             f"Total time {metrics['timing_s']['total']:.0f} s "
+             f"({', '.join(f'{k} {v:.0f} s' for k, v in metrics['timing_s'].items() if k != 'total')}).", ""]
     if metrics.get("context_warning"):
         lines += [f"**Warning:** {metrics['context_warning']}.", ""]
     lines += ["## Corpus", "",
