@@ -20,7 +20,8 @@ import torch
 
 from .corpus import by_split, load_corpus
 from .data import encode_documents
-from .evaluation.harness import EvalConfig, check_sweep_fits, evaluate_model, load_model, resolve_device, summarize
+from .evaluation.harness import (MODE_NAMES, EvalConfig, check_sweep_fits, evaluate_model, load_model, resolve_device,
+                                 summarize)
 from .evaluation.heldout import heldout_losses, unigram_cross_entropy
 from .evaluation.metrics import known_words
 from .evaluation.prompts import make_prompts
@@ -444,7 +445,7 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
     for mode in summary["mode"].unique():
         s = summary[summary["mode"] == mode].sort_values(["policy", "block_length", "threshold"])
         shown = [c for c in cols if c != "temperature" or s["temperature"].notna().any()]
-        lines += [f"## All policies, {mode}-context mode", "", markdown_table(s, shown), ""]
+        lines += [f"## All policies, {MODE_NAMES[mode]} mode", "", markdown_table(s, shown), ""]
     cs = cat_summary[(cat_summary["policy"] == "confidence") & (cat_summary["block_length"] == b)
                      & np.isclose(cat_summary["threshold"], t)]
     if len(cs):

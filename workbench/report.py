@@ -9,6 +9,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from .evaluation.harness import MODE_NAMES  # noqa: E402
+
 
 def fmt(x, digits: int = 3) -> str:
     """Format a number for a markdown table (NaN → '–')."""
@@ -46,7 +48,7 @@ def plot_accuracy_vs_tpf(summary: pd.DataFrame, path, accuracy: str = "agree_ser
         ax.scatter(ser["tpf"], ser[accuracy], marker="s", color="k", label="serial (k=1)", zorder=3)
         ax.set_xlabel("tokens per forward (tpf)")
         ax.set_ylabel(accuracy.replace("_", " "))
-        ax.set_title(f"{mode}-context mode (labels: threshold τ)")
+        ax.set_title(f"{MODE_NAMES.get(mode, mode)} mode (labels: threshold τ)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
