@@ -89,3 +89,39 @@ def test_degeneration_verdict():
     d = _degeneration(_summary(0.12, 0.3, 0.12, 0.25 * k + 0.01))      # diffusion commits mostly whitespace
     assert not d["met"] and d["met_by_policy"] == {"AR greedy": True, "diffusion B=16 τ=0.9": False}
     assert _degeneration(_summary(0.1, 0.2, 0.1, 0.2).assign(mode="real")) is None
+
+
+def test_decode_cache_reuses_runs_across_calls(micro_model, tokenizer, monkeypatch):
+    """A second evaluation sharing ``decode_cache`` decodes only the runs the first did not (the demo's
+    sampler frontier after the main sweep), and its rows for the shared runs are the first call's; a policy
+    given ``policy_kwargs`` is always decoded; other prompts are never served from the cache."""
+    from workbench.evaluation import harness
+
+    calls = []
+    real_decode = harness.decode_prompts
+    monkeypatch.setattr(harness, "decode_prompts", lambda m, policy, ps, mode, *a, **kw:
+                        calls.append((mode, policy, kw["block_length"], kw.get("threshold"), len(ps)))
+                        or real_decode(m, policy, ps, mode, *a, **kw))
+    cfg = EvalConfig(block_lengths=[8], thresholds=[0.5, 0.9], modes=["real"], gen_len=16, precision="fp32",
+                     batch_size=2, progress_bar=False)
+    prompts, cache = _prompts(), {}
+    first = evaluate_model(micro_model, tokenizer, prompts, cfg, decode_cache=cache)
+    assert calls[0] == ("real", "ar_greedy", 8, None, 2)                # the untimed warm-up: one batch
+    assert len(calls) == 1 + 4                                           # ar_greedy, serial, τ = 0.5, τ = 0.9
+    calls.clear()
+    runs = [("real", "ar_greedy", 8, None), ("real", "serial", 8, None), ("real", "confidence", 8, 0.9),
+            ("real", "confidence", 8, 0.7)]
+    second = evaluate_model(micro_model, tokenizer, prompts, cfg, runs=runs, decode_cache=cache,
+                            policy_kwargs={"serial": {}})
+    assert calls == [("real", "serial", 8, None, 3), ("real", "confidence", 8, 0.7, 3)]  # no warm-up: cached
+    cols = ["policy", "threshold", "text", "tpf", "tokens_per_s", "agree_serial"]
+
+    def reused(df):                                                     # ar_greedy and τ = 0.9: from the cache
+        return df[(df["policy"] == "ar_greedy") | (df["threshold"] == 0.9)][cols].reset_index(drop=True)
+
+    pd.testing.assert_frame_equal(reused(second), reused(first))       # decode time included
+    serial = [df[df["policy"] == "serial"]["text"].tolist() for df in (first, second)]
+    assert serial[0] == serial[1]                                       # decoded again, same output
+    calls.clear()
+    evaluate_model(micro_model, tokenizer, prompts[:2], cfg, runs=runs[:1], decode_cache=cache)
+    assert [c[1] for c in calls] == ["ar_greedy", "ar_greedy"]         # other prompts: warm-up and decode

@@ -186,7 +186,9 @@ def run_demo(cfg: DemoConfig) -> Path:
         # 3. decoding sweep
         t0 = time.time()
         prompts = make_prompts(by_split(docs, "test"), cfg.n_prompts, cfg.prompt_len, cfg.gen_len, enc)
-        df = evaluate_model(model, tok, prompts, ecfg, known=known_words(d.text for d in by_split(docs, "train")))
+        decode_cache: dict = {}                 # the sampler frontier reuses this sweep's B = 32 runs
+        df = evaluate_model(model, tok, prompts, ecfg, known=known_words(d.text for d in by_split(docs, "train")),
+                            decode_cache=decode_cache)
         summary = summarize(df)
         cat_summary = summarize(df, by=("mode", "policy", "block_length", "threshold", "temperature", "category"))
         t_eval = time.time() - t0
@@ -212,7 +214,8 @@ def run_demo(cfg: DemoConfig) -> Path:
             return out
 
         collection = timed("collection", _collect, cfg, model_spec, run) if cfg.collect else None
-        sampler_stage = timed("sampler", _sampler_stage, cfg, model_spec, model, tok, prompts, ecfg, run) \
+        sampler_stage = timed("sampler", _sampler_stage, cfg, model_spec, model, tok, prompts, ecfg, run,
+                              decode_cache) \
             if cfg.collect and cfg.sampler and cfg.sampler_block_length in cfg.collect_block_lengths else None
         lora = timed("lora", _lora_stage, cfg, model_spec, run) if cfg.lora else None
         adapter = lora["adapter"] if lora else None
@@ -251,14 +254,14 @@ def _collect(cfg: DemoConfig, model_spec: str, run: Path) -> dict:
     return {"store": out, "policy": cfg.collect_policy, "run": r, "info": info}
 
 
-def _sampler_stage(cfg: DemoConfig, model_spec, model, tok, prompts, ecfg, run: Path) -> dict:
+def _sampler_stage(cfg: DemoConfig, model_spec, model, tok, prompts, ecfg, run: Path, decode_cache: dict) -> dict:
     from .demo_sampler import frontier_stage, sweep_stage, train_demo_samplers
 
     store = str(run / "trajectories.zarr") if cfg.store is None else cfg.store
     b = cfg.sampler_block_length
     samplers = train_demo_samplers(store, b, run, str(model_spec), cfg.sampler_epochs, cfg.sampler_max_steps,
                                    cfg.progress_bar)
-    fr = frontier_stage(model, tok, prompts, ecfg, samplers["attention"]["path"], b, run)
+    fr = frontier_stage(model, tok, prompts, ecfg, samplers["attention"]["path"], b, run, decode_cache)
     sw = sweep_stage(str(model_spec), samplers["attention"]["path"], run, cfg.corpus, b, cfg.sweep_trials,
                      cfg.precision) if cfg.sweep_trials > 0 else None
     return {"samplers": samplers, "frontier": fr, "sweep": sw}

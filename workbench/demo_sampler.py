@@ -45,8 +45,10 @@ def _n_params(path) -> int:
     return count_parameters(load_sampler(path)[0])
 
 
-def frontier_stage(model, tok, prompts, ecfg: EvalConfig, sampler_path: str, block_length: int, run: Path) -> dict:
-    """Confidence vs sampler threshold sweeps at ``block_length`` (real-context mode) on ``prompts``."""
+def frontier_stage(model, tok, prompts, ecfg: EvalConfig, sampler_path: str, block_length: int, run: Path,
+                   decode_cache: dict | None = None) -> dict:
+    """Confidence vs sampler threshold sweeps at ``block_length`` (real-context mode) on ``prompts``; runs the
+    main sweep already decoded are taken from ``decode_cache`` (see :func:`evaluate_model`)."""
     from .decoding.sampler_policy import LoadedSampler
 
     sampler = LoadedSampler.load(sampler_path, model.device)
@@ -54,7 +56,8 @@ def frontier_stage(model, tok, prompts, ecfg: EvalConfig, sampler_path: str, blo
     runs += [("real", "confidence", block_length, t) for t in CONF_THRESHOLDS]
     runs += [("real", "sampler", block_length, t) for t in SAMPLER_THRESHOLDS]
     cfg = replace(ecfg, block_lengths=[block_length], modes=["real"])
-    df = evaluate_model(model, tok, prompts, cfg, runs=runs, policy_kwargs={"sampler": {"sampler": sampler}})
+    df = evaluate_model(model, tok, prompts, cfg, runs=runs, policy_kwargs={"sampler": {"sampler": sampler}},
+                        decode_cache=decode_cache)
     df.to_parquet(run / "frontier_results.parquet", index=False)
     s = summarize(df)
     s.to_parquet(run / "frontier_summary.parquet", index=False)
