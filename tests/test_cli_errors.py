@@ -1,6 +1,5 @@
 """Bad input: one-line error, non-zero exit, nothing half-written."""
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -126,11 +125,12 @@ def test_staged_dir_replaces_only_on_success(tmp_path):
     """``staged_dir``: the final directory appears (replacing an old one) only when the block succeeds; a
     failure leaves the old one untouched and no staging folder; with ``relocate`` the text files name the
     final path instead of the staging one (a sub-run's recorded ``out_dir``), binary files are left alone."""
-    from workbench.utils import staged_dir
+    from workbench.utils import RUN_MARKER, staged_dir
 
     final = tmp_path / "run"
     final.mkdir()
     (final / "old.txt").write_text("old")
+    (final / RUN_MARKER).touch()                                        # an earlier run's output
     with pytest.raises(KeyboardInterrupt):
         with staged_dir(final) as run:
             (run / "half.json").write_text("{}")
@@ -147,3 +147,27 @@ def test_staged_dir_replaces_only_on_success(tmp_path):
     assert (final / "sub" / "config.yaml").read_text() == f"out_dir: {final / 'sub'}\nmodel: builtin:tiny\n"
     assert json.loads((final / "metrics.json").read_text()) == {"adapter": str(final / "lora" / "adapter")}
     assert (final / "weights.bin").read_bytes() == str(tmp_path / "run.partial").encode()
+    assert (final / RUN_MARKER).exists()                               # a rerun may replace it
+
+
+def test_staged_dir_never_replaces_a_foreign_directory(tmp_path):
+    """``--out_dir .`` or a parent of runs must not be deleted: a non-empty directory without the marker
+    (or a file) is refused before anything is built; an empty directory is fine."""
+    from workbench.utils import RunDirError, staged_dir
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "code.py").write_text("x = 1\n")
+    (tmp_path / "notes.txt").write_text("keep")
+    for target, needle in ((tmp_path / "src", "not written by a workbench command"),
+                           (tmp_path / "notes.txt", "not a directory")):
+        with pytest.raises(RunDirError, match=needle):
+            with staged_dir(target):
+                pytest.fail("the block ran")
+    assert (tmp_path / "src" / "code.py").read_text() == "x = 1\n" and (tmp_path / "notes.txt").exists()
+    assert not list(tmp_path.glob("*.partial"))
+    (tmp_path / "empty").mkdir()
+    with staged_dir(tmp_path / "empty") as run:
+        (run / "a.json").write_text("{}")
+    assert (tmp_path / "empty" / "a.json").exists()
+    p = run_cli("speculate", "--out_dir", str(tmp_path / "src"))       # the CLI: one line, rc 2
+    _assert_one_line_error(p, "not written by a workbench command")

@@ -51,22 +51,42 @@ def check_run_dir(path: str | os.PathLike) -> None:
 
 
 _TEXT_SUFFIXES = (".json", ".yaml", ".yml", ".md", ".csv")
+#: An empty file in every directory :func:`staged_dir` builds: a rerun may replace such a directory.
+RUN_MARKER = ".workbench-run"
+
+
+def check_replaceable(path: str | os.PathLike) -> None:
+    """``path`` may be replaced by a new output directory: it is absent, an empty directory, or one a
+    workbench command built (it holds :data:`RUN_MARKER`). Anything else raises :class:`RunDirError`, so that
+    ``--out_dir .`` or ``--out_dir runs`` cannot delete a directory of other files."""
+    p = Path(path)
+    if not p.exists():
+        return
+    if not p.is_dir():
+        raise RunDirError(f"{p} exists and is not a directory; choose another --out_dir")
+    if (p / RUN_MARKER).exists() or not any(p.iterdir()):
+        return
+    raise RunDirError(f"{p} exists and was not written by a workbench command (no {RUN_MARKER} in it), so it "
+                      "will not be replaced; choose another --out_dir or remove it")
 
 
 @contextmanager
 def staged_dir(final: str | os.PathLike, relocate: bool = False) -> Iterator[Path]:
     """Build a directory in ``<final>.partial`` and move it to ``final`` only if the block succeeds.
 
-    Yields the staging directory (created and checked writable; :class:`RunDirError` otherwise). On success
-    an existing ``final`` is replaced by it; on any exception (Ctrl-C included) the staging directory is
+    Yields the staging directory (created and checked writable, :class:`RunDirError` otherwise; it holds
+    :data:`RUN_MARKER`). On success an existing ``final`` is replaced by it, which must be a directory
+    :func:`check_replaceable` accepts (checked first); on any exception (Ctrl-C included) the staging directory is
     removed and the exception re-raised, so ``final`` is never half-written. With ``relocate``, text files
     inside (``.json``, ``.yaml``, ``.md``, ``.csv``) that name the staging path are rewritten to name
     ``final``: sub-runs built inside record their own output paths, which the move would leave stale.
     Binary files (Lightning checkpoints) keep the staging path in their stored hyper-parameters."""
     final = Path(final)
+    check_replaceable(final)
     run = Path(str(final) + ".partial")
     shutil.rmtree(run, ignore_errors=True)
     prepare_run_dir(run)
+    (run / RUN_MARKER).touch()
     try:
         yield run
         if relocate:
