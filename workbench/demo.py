@@ -377,6 +377,10 @@ def _unlikelihood_note(tc: dict) -> str:
             f"{tc['ul_ngram']}-grams of greedy continuations, weight {tc['ul_weight']}")
 
 
+def _verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
 def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curves) -> str:
     h, held = metrics["headline"], metrics["heldout"]
     b, t = HEADLINE["block_length"], HEADLINE["threshold"]
@@ -393,7 +397,6 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
               "| split | files | bytes |", "|---|---|---|"]
     for s, v in metrics["splits"].items():
         lines.append(f"| {s} | {v['files']} | {v['bytes']:,} |")
-    ok = lambda c: "met" if c else "NOT met"  # noqa: E731
     lines += ["", "## Model quality on held-out files (validation split)", "",
               "| measure | value |", "|---|---|",
               f"| AR loss (nats/token; nats/byte with the byte tokenizer) | {held['ar_nats_per_token']:.3f} |",
@@ -401,7 +404,8 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
               f"| diffusion masked-token cross-entropy at B = 16 (nats) | {held['diff_ce']:.3f} |",
               f"| diffusion loss, 1/t-weighted (NLD Eq. 2) | {held['diff_loss']:.3f} |",
               f"| windows × tokens | {cfg.heldout_windows} × 256 |", "",
-              f"Target AR loss ≤ {TARGETS['heldout_ar']} nats/byte: **{ok(held['ar_nats_per_token'] <= TARGETS['heldout_ar'])}**.", ""]
+              f"Target AR loss ≤ {TARGETS['heldout_ar']} nats/byte: "
+              f"**{_verdict(held['ar_nats_per_token'] <= TARGETS['heldout_ar'])}**.", ""]
     if meta.get("global_step"):
         tc = meta.get("train_config", {})
         legs = meta.get("legs", [])
@@ -433,9 +437,9 @@ def _report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curv
                      f"{fmt(v['ws_share_multi'])} ({v['real_ws_share']:.3f}) |")
     if "real" in h and "tpf" in h["real"]:
         r = h["real"]
-        lines += ["", f"Targets in real-context mode: tpf ≥ {TARGETS['tpf']}: **{ok(r['tpf'] >= TARGETS['tpf'])}** "
-                  f"(measured {r['tpf']:.3f}); agreement with the serial target ≥ {TARGETS['agree_serial']}: "
-                  f"**{ok(r['agree_serial'] >= TARGETS['agree_serial'])}** (measured {r['agree_serial']:.3f})."]
+        lines += ["", f"Targets in real-context mode: tpf ≥ {TARGETS['tpf']}: "
+                  f"**{_verdict(r['tpf'] >= TARGETS['tpf'])}** (measured {r['tpf']:.3f}); agreement with the serial target ≥ {TARGETS['agree_serial']}: "
+                  f"**{_verdict(r['agree_serial'] >= TARGETS['agree_serial'])}** (measured {r['agree_serial']:.3f})."]
     lines += ["", "`tpf` counts denoising forwards only (the papers' convention); `tpf_real` adds the per-block "
               "KV-commit forward. In *real-context* mode every block is conditioned on the real text before it, so a "
               "degenerate output cannot feed itself and inflate TPF; *free-running* conditions each block on the "
@@ -503,10 +507,9 @@ def _degeneration_section(d: dict) -> list[str]:
         ratio = lambda k: "" if name == "real continuation" else f" ({v[k] / max(real[k], 1e-9):.1f}×)"  # noqa: E731
         lines.append(f"| {name} | {v['repetition']:.3f}{ratio('repetition')} | {v['ws_share']:.3f}"
                      f"{ratio('ws_share')} | {fmt(v['oov_word_rate'])} | {fmt(v.get('ws_share_multi'))} |")
-    ok = lambda c: "met" if c else "NOT met"  # noqa: E731
-    per_policy = ", ".join(f"{k}: {ok(v)}" for k, v in d["met_by_policy"].items())
+    per_policy = ", ".join(f"{k}: {_verdict(v)}" for k, v in d["met_by_policy"].items())
     lines += ["", f"Target: free-running AR-greedy and diffusion continuations not degenerate, read as repetition "
-              f"and whitespace share each ≤ {d['ratio']}× the real continuations': **{ok(d['met'])}** "
+              f"and whitespace share each ≤ {d['ratio']}× the real continuations': **{_verdict(d['met'])}** "
               f"({per_policy}).", ""]
     return lines
 

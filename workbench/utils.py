@@ -74,10 +74,10 @@ def check_replaceable(path: str | os.PathLike) -> None:
 def staged_dir(final: str | os.PathLike, relocate: bool = False) -> Iterator[Path]:
     """Build a directory in ``<final>.partial`` and move it to ``final`` only if the block succeeds.
 
-    Yields the staging directory (created and checked writable, :class:`RunDirError` otherwise; it holds
-    :data:`RUN_MARKER`). On success an existing ``final`` is replaced by it, which must be a directory
-    :func:`check_replaceable` accepts (checked first); on any exception (Ctrl-C included) the staging directory is
-    removed and the exception re-raised, so ``final`` is never half-written. With ``relocate``, text files
+    ``final`` must be a directory :func:`check_replaceable` accepts (checked first, :class:`RunDirError`).
+    Yields the staging directory (created and checked writable; it holds :data:`RUN_MARKER`). On success an
+    existing ``final`` is replaced by it; on any exception (Ctrl-C included) the staging directory is removed
+    and the exception re-raised, so ``final`` is never half-written. With ``relocate``, text files
     inside (``.json``, ``.yaml``, ``.md``, ``.csv``) that name the staging path are rewritten to name
     ``final``: sub-runs built inside record their own output paths, which the move would leave stale.
     Binary files (Lightning checkpoints) keep the staging path in their stored hyper-parameters."""

@@ -180,12 +180,11 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
     same = (tuple((p.prompt_id, len(p.real)) for p in prompts), cfg.precision, cfg.batch_size)
 
     def decode(mode, policy, b, t) -> DecodeResult:
+        if policy in policy_kwargs:             # e.g. a loaded sampler: not part of the key, never reused
+            return decode_prompts(model, policy, prompts, mode, cfg.batch_size, pad, **run_kwargs(policy, b, t))
         key = (mode, policy, b, t, same)
-        if policy in policy_kwargs or key not in cache:
-            res = decode_prompts(model, policy, prompts, mode, cfg.batch_size, pad, **run_kwargs(policy, b, t))
-            if policy in policy_kwargs:     # e.g. a loaded sampler: not part of the key, never reused
-                return res
-            cache[key] = res
+        if key not in cache:
+            cache[key] = decode_prompts(model, policy, prompts, mode, cfg.batch_size, pad, **run_kwargs(policy, b, t))
         return cache[key]
 
     if runs and prompts and (*runs[0], same) not in cache:

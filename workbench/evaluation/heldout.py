@@ -34,8 +34,7 @@ def heldout_losses(model, tokens: np.ndarray, seq_len: int = 256, n_windows: int
     with autocast_for(dev, precision):
         for i in range(0, len(ds), batch_size):
             x = torch.stack([ds[j] for j in range(i, min(len(ds), i + batch_size))]).to(dev)
-            noisy, masked, t = mask_blocks(x.cpu(), block_length, model.mask_token_id, 1e-3, g)
-            noisy, masked, t = noisy.to(dev), masked.to(dev), t.to(dev)
+            noisy, masked, t = mask_blocks(x, block_length, model.mask_token_id, 1e-3, g)
             ar_logits, d = model.dual_stream_logits(x, noisy, block_length)  # clean half = causal forward
             ar = ar_loss(ar_logits, x)
             k = int(masked.sum())

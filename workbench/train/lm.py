@@ -162,9 +162,8 @@ class TriModeLMModule(pl.LightningModule):
             self.log_dict({"train/ar_loss": l_ar, "train/stage": 1.0}, prog_bar=True)
         else:
             g = step_generator(self.cfg.seed, step, 1)
-            b = self.cfg.block_lengths[int(torch.randint(len(self.cfg.block_lengths), (1,), generator=g))]
-            noisy, masked, t = mask_blocks(batch.cpu(), b, self.model.mask_token_id, self.cfg.t_min, g)
-            noisy, masked, t = noisy.to(batch.device), masked.to(batch.device), t.to(batch.device)
+            b = draw_block_length(self.cfg.block_lengths, g)
+            noisy, masked, t = mask_blocks(batch, b, self.model.mask_token_id, self.cfg.t_min, g)
             ar_logits, diff_logits = self.model.dual_stream_logits(batch, noisy, b)
             l_ar = ar_loss(ar_logits, batch, averaging=self.cfg.averaging)
             l_diff = diffusion_loss(diff_logits, batch, masked, t, averaging=self.cfg.averaging)
@@ -178,8 +177,7 @@ class TriModeLMModule(pl.LightningModule):
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
         b = self.cfg.val_block_length
         g = step_generator(self.cfg.seed, 10**9 + batch_idx, 2)
-        noisy, masked, t = mask_blocks(batch.cpu(), b, self.model.mask_token_id, self.cfg.t_min, g)
-        noisy, masked, t = noisy.to(batch.device), masked.to(batch.device), t.to(batch.device)
+        noisy, masked, t = mask_blocks(batch, b, self.model.mask_token_id, self.cfg.t_min, g)
         # the clean half of the dual stream is the plain causal forward (tests/test_masks.py)
         ar_logits, diff_logits = self.model.dual_stream_logits(batch, noisy, b)
         l_ar = ar_loss(ar_logits, batch)
@@ -206,6 +204,12 @@ class TriModeLMModule(pl.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
+def draw_block_length(block_lengths: list[int], g: torch.Generator) -> int:
+    """The block length of a training batch, uniform over ``block_lengths`` (one draw from ``g``), so that
+    one checkpoint decodes at every B."""
+    return block_lengths[int(torch.randint(len(block_lengths), (1,), generator=g))]
+
+
 def unlikelihood_step(model: TriModeLM, batch: torch.Tensor, cfg: LMTrainConfig, g: torch.Generator,
                       whitespace: frozenset[int] = frozenset()) -> tuple[torch.Tensor, dict[str, float]]:
     """One sequence-level unlikelihood step (Welleck et al. 2020) on both streams of the dual forward.
@@ -230,9 +234,8 @@ def unlikelihood_step(model: TriModeLM, batch: torch.Tensor, cfg: LMTrainConfig,
     cont[:, p:] = True                                                        # continuation positions
     cand = torch.zeros_like(cont)
     cand[:, p:] = repeated_ngram_mask(gen, cfg.ul_ngram, whitespace)
-    b = cfg.block_lengths[int(torch.randint(len(cfg.block_lengths), (1,), generator=g))]
-    noisy, masked, _ = mask_blocks(seq.cpu(), b, model.mask_token_id, cfg.t_min, g)
-    noisy, masked = noisy.to(seq.device), masked.to(seq.device)
+    b = draw_block_length(cfg.block_lengths, g)
+    noisy, masked, _ = mask_blocks(seq, b, model.mask_token_id, cfg.t_min, g)
     ar_logits, diff_logits = model.dual_stream_logits(seq, noisy, b)
     # AR logits at i score token i + 1
     ul_ar = unlikelihood_loss(ar_logits[:, :-1], seq[:, 1:], cand[:, 1:], cont[:, 1:])
