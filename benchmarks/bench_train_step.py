@@ -59,16 +59,17 @@ def main() -> None:
     module = TriModeLMModule(model, cfg)
     opt_cfg = module.configure_optimizers()
     opt, sched = opt_cfg["optimizer"], opt_cfg["lr_scheduler"]["scheduler"]
-    from workbench.train.lm import _generator
+    from workbench.train.lm import draw_block_length
+    from workbench.utils import step_generator
 
     for i, x in enumerate(batches):
         if i == a.warmup:
             t0 = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            gen = _generator(cfg.seed, i, 1)
-            int(torch.randint(1, (1,), generator=gen))
-            noisy, masked, t = mask_blocks(x, 16, MASK_ID, cfg.t_min, gen)
-            ar_l, d_l = model.dual_stream_logits(x, noisy, 16)
+            gen = step_generator(cfg.seed, i, 1)             # the draws TriModeLMModule.training_step makes
+            b = draw_block_length(cfg.block_lengths, gen)
+            noisy, masked, t = mask_blocks(x, b, MASK_ID, cfg.t_min, gen)
+            ar_l, d_l = model.dual_stream_logits(x, noisy, b)
             loss = joint_loss(ar_loss(ar_l, x), diffusion_loss(d_l, x, masked, t), cfg.alpha)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
