@@ -16,12 +16,12 @@ over positions (the arithmetic mean over uniform cuts overweights easy, long-acc
 """
 from __future__ import annotations
 
-import math
 
 import pytorch_lightning as pl
 import torch
 
 from ..model.trimode import TriModeLM
+from ..train.schedule import optimizer_config
 from ..utils import step_generator
 from .attention import draft_block_logits
 from .batches import build_span_batch
@@ -111,12 +111,4 @@ class DeerModule(pl.LightningModule):
         no_decay = [p for p in self.drafter.parameters() if p.dim() < 2]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": self.weight_decay},
                                  {"params": no_decay, "weight_decay": 0.0}], lr=self.lr, betas=(0.9, 0.95))
-
-        def schedule(step: int) -> float:
-            if step < self.warmup_steps:
-                return (step + 1) / self.warmup_steps
-            frac = min(1.0, (step - self.warmup_steps) / max(1, self.max_steps - self.warmup_steps))
-            return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac))
-
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        return optimizer_config(opt, self.warmup_steps, self.max_steps, self.min_lr_ratio)

@@ -18,12 +18,12 @@ Validation metrics (greedy drafts, adapter on; verifier with the adapter off):
 """
 from __future__ import annotations
 
-import math
 
 import pytorch_lightning as pl
 import torch
 
 from ..speculative import greedy_accept
+from ..train.schedule import optimizer_config
 from ..utils import step_generator
 from .draft import draft_and_verify, left_pad_prefixes
 from .losses import active_mask, block_mean, combine, expected_accepted, position_terms
@@ -113,15 +113,7 @@ class LoraDrafterModule(pl.LightningModule):
         c = self.cfg
         params = [p for p in self.model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay, betas=(0.9, 0.99))
-
-        def schedule(step: int) -> float:
-            if step < c.warmup_steps:
-                return (step + 1) / c.warmup_steps
-            frac = min(1.0, (step - c.warmup_steps) / max(1, c.max_steps - c.warmup_steps))
-            return c.min_lr_ratio + (1 - c.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac))
-
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        return optimizer_config(opt, c.warmup_steps, c.max_steps, c.min_lr_ratio)
 
     def trainable_state_dict(self) -> dict:
         """The LoRA tensors only (module state-dict names)."""

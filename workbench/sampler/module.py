@@ -8,13 +8,13 @@ top-1 probability alone on the same positions: the confidence-thresholding basel
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
+from ..train.schedule import optimizer_config
 from .loss import masked_bce
 from .network import SamplerNet
 
@@ -89,13 +89,4 @@ class SamplerModule(pl.LightningModule):
         pos = {id(self.net.pos.weight)}
         opt = torch.optim.AdamW([{"params": [p for p in decay if id(p) not in pos], "weight_decay": self.weight_decay},
                                  {"params": no_decay + [self.net.pos.weight], "weight_decay": 0.0}], lr=self.lr)
-        warm, total, floor = self.warmup_steps, self.total_steps, self.min_lr_ratio
-
-        def schedule(step: int) -> float:
-            if step < warm:
-                return (step + 1) / warm
-            frac = min(1.0, (step - warm) / max(1, total - warm))
-            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * frac))
-
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        return optimizer_config(opt, self.warmup_steps, self.total_steps, self.min_lr_ratio)

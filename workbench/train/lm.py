@@ -7,7 +7,6 @@ the loss, the stage schedule, metrics and logging.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,6 +27,7 @@ from ..model.trimode import TriModeLM
 from ..model.unlikelihood import repeated_ngram_mask, unlikelihood_loss
 from ..tokenizer import MASK_ID, byte_tokenizer
 from ..utils import RunDirError, prepare_run_dir, step_generator
+from .schedule import optimizer_config
 
 
 @dataclass
@@ -192,16 +192,7 @@ class TriModeLMModule(pl.LightningModule):
         no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": self.cfg.weight_decay},
                                  {"params": no_decay, "weight_decay": 0.0}], lr=self.cfg.lr, betas=(0.9, 0.95))
-        cfg = self.cfg
-
-        def schedule(step: int) -> float:
-            if step < cfg.warmup_steps:
-                return (step + 1) / cfg.warmup_steps
-            frac = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps))
-            return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac))
-
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        return optimizer_config(opt, self.cfg.warmup_steps, self.cfg.max_steps, self.cfg.min_lr_ratio)
 
 
 def draw_block_length(block_lengths: list[int], g: torch.Generator) -> int:
