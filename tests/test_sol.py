@@ -176,7 +176,7 @@ def test_batched_equals_one_block_at_a_time(models, budget):
 
 
 def test_sol_run_adds_linear_ss_columns(micro_checkpoint, small_corpus, tmp_path):
-    """SOL run dir: linear SS (k = B) on the same contexts, without and with a LoRA drafter."""
+    """SOL run dir: linear SS (k = B) free-running from the same prompts, without and with a LoRA drafter."""
     import pandas as pd
     from peft import LoraConfig, get_peft_model
 
@@ -199,3 +199,29 @@ def test_sol_run_adds_linear_ss_columns(micro_checkpoint, small_corpus, tmp_path
     ss = pd.read_parquet(out / "linear_ss.parquet")
     assert set(ss["drafter"]) == {"base", "lora"} and (ss["tokens"] == 8).all()
     assert "linear_ss_acceptance" in r["summary"]
+
+
+def test_sol_linear_ss_is_free_running(small_corpus, tmp_path):
+    """Linear SS in the SOL run is scored on its own free-running output (NLD §4, Fig. 7), not reset to the serial
+    target every B tokens: a reset cuts the draft+verify cycle at each block boundary and still charges it two
+    forwards. On the shipped model drafts are accepted, so the two protocols give different cycle counts."""
+    import pandas as pd
+
+    from workbench.corpus import by_split, load_corpus
+    from workbench.evaluation.harness import load_model
+    from workbench.evaluation.prompts import make_prompts
+    from workbench.sol.run import SolConfig, run_sol_eval
+    from workbench.speculative.linear import linear_self_speculation
+
+    model, tok, _ = load_model("builtin:tiny", "cpu")
+    cfg = SolConfig(corpus=str(small_corpus), n_prompts=2, gen_len=32, block_lengths=[4], budget=50, device="cpu",
+                    out_dir=str(tmp_path / "sol"), progress_bar=False)
+    run_sol_eval(cfg, model, tok)
+    ss = pd.read_parquet(tmp_path / "sol" / "linear_ss.parquet")
+    prompts = [list(p.prompt) for p in make_prompts(by_split(load_corpus(str(small_corpus)), "test"), 2, 192, 32)]
+    free = linear_self_speculation(model, prompts, 32, draft_length=4, pad_id=tok.pad_token_id)
+    segmented = linear_self_speculation(model, prompts, 32, draft_length=4, pad_id=tok.pad_token_id,
+                                        real_continuation=free.tokens, block_length=4)
+    free_cycles = [len(c) for c in free.committed_per_step]
+    assert ss["cycles"].tolist() == free_cycles
+    assert sum(len(c) for c in segmented.committed_per_step) > sum(free_cycles)   # the bias the reset would add

@@ -305,7 +305,8 @@ def _sol_section(st: dict) -> list[str]:
             "(k = 1) of each block is the sequence reproduced and becomes the next block's context. SOL = recursive "
             "dynamic compaction (depth 1, 5000 simulation forwards per block); greedy = commit every argmax matching "
             "the target (fails when nothing matches); confidence = τ = 0.9 on the same blocks; linear SS = greedy linear "
-            "self-speculation with draft length k = B on the same contexts (τ = tokens per cycle, real TPF with its two "
+            "self-speculation with draft length k = B, free-running from the same prompts, so scored on its own output, the "
+            "AR-greedy continuation, as SOL is on the serial target (τ = tokens per cycle, real TPF with its two "
             "forwards per cycle; `_lora` with the demo's LoRA drafter). `token_acc` = the serial "
             "target's agreement with the real continuation. Results in `sol/`.", "",
             markdown_table(pd.DataFrame(st["overall"]), cols), "",
