@@ -87,6 +87,8 @@ def test_unwritable_run_dir(tmp_path, demo_args, micro_checkpoint):
     _assert_one_line_error(p, "not writable")
     p = run_cli("evaluate", "--model", str(micro_checkpoint), "--out_dir", str(blocker / "eval"))
     _assert_one_line_error(p, "not writable")
+    p = run_cli("sol", "--model", str(micro_checkpoint), "--out_dir", str(blocker / "sol"))
+    _assert_one_line_error(p, "not writable")
 
 
 def test_evaluate_checks_run_dir_before_decoding(tmp_path, monkeypatch):
@@ -100,6 +102,32 @@ def test_evaluate_checks_run_dir_before_decoding(tmp_path, monkeypatch):
     with pytest.raises(RunDirError, match="not writable"):
         harness.run_evaluate(harness.EvalConfig(out_dir=str(blocker / "eval")))
     assert not (blocker / "eval").exists()
+    foreign = tmp_path / "notes"                # a directory of other files is never replaced
+    foreign.mkdir()
+    (foreign / "paper.txt").write_text("x")
+    with pytest.raises(RunDirError, match="will not be replaced"):
+        harness.run_evaluate(harness.EvalConfig(out_dir=str(foreign)))
+
+
+def test_sol_checks_run_dir_and_lengths_before_the_search(tmp_path, monkeypatch, micro_checkpoint):
+    """``workbench sol``: an unwritable run directory fails before the model is loaded; a prompt + generation
+    longer than the model context fails before any block is searched."""
+    from workbench.decoding.base import DecodeError
+    from workbench.evaluation import harness
+    from workbench.sol import run as sol_run
+    from workbench.utils import RunDirError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with monkeypatch.context() as m:
+        m.setattr(harness, "load_model", lambda *a, **k: pytest.fail("model loaded before the check"))
+        with pytest.raises(RunDirError, match="not writable"):
+            sol_run.run_sol_eval(sol_run.SolConfig(out_dir=str(blocker / "sol")))
+    monkeypatch.setattr(sol_run, "run_sol", lambda *a, **k: pytest.fail("searched before the length check"))
+    with pytest.raises(DecodeError, match="exceeds the model context"):
+        sol_run.run_sol_eval(sol_run.SolConfig(model=str(micro_checkpoint), prompt_len=1000, gen_len=64,
+                                               device="cpu", out_dir=str(tmp_path / "sol")))
+    assert not (tmp_path / "sol").exists()
 
 
 def test_check_run_dir_probes_for_real(tmp_path):

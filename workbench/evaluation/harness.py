@@ -287,10 +287,11 @@ def check_sweep_fits(model, block_lengths, prompt_len: int, gen_len: int, meta: 
 def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFrame, pd.DataFrame, Path]:
     """Evaluate and write ``results.parquet``, ``summary.parquet``, ``summary.json`` and ``config.json``
     to ``cfg.out_dir``. Returns (per-prompt rows, summary, run dir)."""
-    from ..utils import check_run_dir, prepare_run_dir
+    from ..utils import check_replaceable, check_run_dir, staged_dir
 
     cfg.validate()
-    check_run_dir(cfg.out_dir)                  # before minutes of decoding, without creating anything
+    check_replaceable(cfg.out_dir)              # before minutes of decoding, without creating anything
+    check_run_dir(cfg.out_dir)
     meta = None                                 # a model passed in has no workbench.json to check against
     if model is None:
         model, tokenizer, meta = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
@@ -302,13 +303,14 @@ def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFr
     t0 = time.time()
     df = evaluate_model(model, tokenizer, prompts, cfg, known=known_words(d.text for d in by_split(all_docs, "train")))
     summary = summarize(df)
-    out = prepare_run_dir(cfg.out_dir)
-    df.to_parquet(out / "results.parquet", index=False)
-    summary.to_parquet(out / "summary.parquet", index=False)
-    (out / "summary.json").write_text(json.dumps({"wall_s": time.time() - t0, "n_prompts": len(prompts),
-                                                  "rows": summary.to_dict(orient="records")}, indent=2, default=float) + "\n")
-    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-    return df, summary, out
+    with staged_dir(cfg.out_dir) as out:
+        df.to_parquet(out / "results.parquet", index=False)
+        summary.to_parquet(out / "summary.parquet", index=False)
+        (out / "summary.json").write_text(json.dumps({"wall_s": time.time() - t0, "n_prompts": len(prompts),
+                                                      "rows": summary.to_dict(orient="records")}, indent=2,
+                                                     default=float) + "\n")
+        (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    return df, summary, Path(cfg.out_dir)
 
 
 def main(argv: list[str]) -> int:

@@ -30,7 +30,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ..decoding.base import DecodeError
-from ..utils import prepare_run_dir
+from ..utils import check_replaceable, check_run_dir, staged_dir
 from .runner import run_sol
 
 
@@ -130,14 +130,18 @@ def summarize_linear_ss(ss: pd.DataFrame, by: list[str], prefix: str) -> pd.Data
 def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
     """Run the analysis and write the run directory; returns the overall summary as records."""
     from ..corpus import by_split, load_corpus
-    from ..evaluation.harness import load_model, resolve_device
+    from ..evaluation.harness import check_sweep_fits, load_model, resolve_device
     from ..evaluation.metrics import first_line, repetition_rate
     from ..evaluation.prompts import make_prompts
     from ..tokenizer import is_byte_tokenizer
 
     cfg.validate()
+    check_replaceable(cfg.out_dir)              # before the search, without creating anything
+    check_run_dir(cfg.out_dir)
+    meta = None                                 # a model passed in has no workbench.json to check against
     if model is None:
-        model, tokenizer, _ = load_model(cfg.model, resolve_device(cfg.device))
+        model, tokenizer, meta = load_model(cfg.model, resolve_device(cfg.device))
+    check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
     enc = None if is_byte_tokenizer(tokenizer) else tokenizer
     prompts = make_prompts(by_split(load_corpus(cfg.corpus), cfg.split), cfg.n_prompts, cfg.prompt_len, cfg.gen_len, enc)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -171,29 +175,31 @@ def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
                             "repetition": repetition_rate(target), "real_repetition": repetition_rate(list(p.real)),
                             "text": text})
     bar.close()
-    out = prepare_run_dir(cfg.out_dir)
     blocks = pd.DataFrame(rows)
     targets = pd.DataFrame(outputs)
     acc_cat = targets.groupby(["category", "block_length"])[["token_acc", "first_line_exact", "repetition"]].mean().reset_index()
     acc_all = targets.groupby(["block_length"])[["token_acc", "first_line_exact", "repetition"]].mean().reset_index()
     summary = summarize_blocks(blocks, ["category", "block_length"]).merge(acc_cat, on=["category", "block_length"])
     overall = summarize_blocks(blocks, ["block_length"]).merge(acc_all, on=["block_length"])
+    ss = pd.DataFrame(ss_rows)
     if ss_rows:
-        ss = pd.DataFrame(ss_rows)
-        ss.to_parquet(out / "linear_ss.parquet", index=False)
         for drafter, g in ss.groupby("drafter"):
             prefix = "linear_ss" if drafter == "base" else "linear_ss_lora"
             summary = summary.merge(summarize_linear_ss(g, ["category", "block_length"], prefix),
                                     on=["category", "block_length"], how="left")
             overall = overall.merge(summarize_linear_ss(g, ["block_length"], prefix), on=["block_length"], how="left")
-    blocks.to_parquet(out / "blocks.parquet", index=False)
-    targets.to_parquet(out / "serial_targets.parquet", index=False)
-    summary.to_parquet(out / "summary.parquet", index=False)
-    overall.to_parquet(out / "summary_overall.parquet", index=False)
-    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-    (out / "summary.json").write_text(json.dumps({"wall_s": time.time() - t0, "n_prompts": len(prompts),
-                                                  "overall": overall.to_dict(orient="records")}, indent=2) + "\n")
-    plot_sol(summary, overall, out)
+    with staged_dir(cfg.out_dir) as out:
+        if ss_rows:
+            ss.to_parquet(out / "linear_ss.parquet", index=False)
+        blocks.to_parquet(out / "blocks.parquet", index=False)
+        targets.to_parquet(out / "serial_targets.parquet", index=False)
+        summary.to_parquet(out / "summary.parquet", index=False)
+        overall.to_parquet(out / "summary_overall.parquet", index=False)
+        (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+        (out / "summary.json").write_text(json.dumps({"wall_s": time.time() - t0, "n_prompts": len(prompts),
+                                                      "overall": overall.to_dict(orient="records")}, indent=2) + "\n")
+        plot_sol(summary, overall, out)
+    out = Path(cfg.out_dir)
     return {"overall": overall, "summary": summary, "out_dir": out, "wall_s": time.time() - t0}
 
 
