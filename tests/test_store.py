@@ -238,6 +238,40 @@ def test_resume_after_sigkill(tmp_path):
     verify_store(p, model_fingerprint="m1", tokenizer_hash="t1")
 
 
+CREATE_CHILD = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    from tests.test_store import ATTRS, B
+    from workbench.trajectories import create_store
+    calls, replace = [0], os.replace
+    def dying_replace(*a, **k):          # zarr's atomic write: temporary file, then os.replace
+        calls[0] += 1
+        if calls[0] == int(sys.argv[2]):
+            os._exit(3)                  # killed just before the n-th rename lands
+        return replace(*a, **k)
+    os.replace = dying_replace
+    create_store(sys.argv[1], ATTRS, [B, 2 * B], token_pca=np.arange(20 * 44).reshape(20, 44) / 100)
+""")
+
+
+def test_create_store_resumes_after_a_kill_at_every_write(tmp_path):
+    """A kill at any file write of ``create_store`` leaves a path that a rerun completes (the root attrs land in
+    one write, and a kill's temporary ``zarr.*.partial`` file is not mistaken for a foreign file)."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
+    pca = np.arange(20 * 44).reshape(20, 44) / 100
+    for n in range(1, 50):
+        p = tmp_path / f"s{n}"
+        rc = subprocess.run([sys.executable, "-c", CREATE_CHILD, str(p), str(n)], cwd=repo, env=env).returncode
+        if rc == 0:                      # create_store finished before the n-th write
+            break
+        assert rc == 3
+        create_store(p, ATTRS, [B, 2 * B], token_pca=pca)
+        write(p, range(3))
+        assert StoreReader(p, B).n_traj == 9 and dict(zarr.open_group(p, mode="r").attrs)["seed"] == 0
+    assert n > 3
+
+
 def test_second_writer_on_same_shard_refused(tmp_path):
     p = new_store(tmp_path / "s", items=range(2))
     with ShardWriter(p, B):
@@ -336,3 +370,24 @@ def test_store_info_numbers(store):
     assert info["label_balance"] == pytest.approx(pos / msk)
     assert info["label_balance_by_category"] == pytest.approx({c: a / b for c, (a, b) in by_cat.items() if b})
     assert info["bytes_on_disk"] > 0 and info["bytes_per_row"] == pytest.approx(info["bytes_on_disk"] / n_rows)
+
+
+def test_store_info_of_a_killed_writer_counts_committed_items_only(tmp_path):
+    """Rows on disk past the last committed item (a writer killed or still running) are not counted."""
+    p, ref = tmp_path / "s", tmp_path / "ref"
+    for q in (p, ref):
+        create_store(q, ATTRS, [B])
+    write(ref, [0])
+    w = ShardWriter(p, B, rows_per_chunk=64, traj_per_chunk=1024)
+    w.append(0, *make_item(0))
+    w.flush(final=True)                  # item 0 committed
+    i = 1
+    while w.group.attrs["commit"]["rows"] < 64:  # rows of later items reach the disk, their trajectories do not
+        w.append(i, *make_item(i))
+        i += 1
+    abandon(w)
+    c = w.group.attrs["commit"]
+    assert c["rows"] > c["item_rows"] and c["item_trajs"] == 3
+    a, b = store_info(p)["block_lengths"][B], store_info(ref)["block_lengths"][B]
+    for k in ("rows", "trajectories", "label_balance", "label_balance_by_category"):
+        assert a[k] == b[k], k

@@ -106,7 +106,9 @@ def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndar
                     root["token_pca"][:].astype(np.float32), token_pca.astype(np.float32), rtol=1e-2, atol=1e-2)):
                 raise StoreError(f"store {p} was created with different settings (token_pca differs); use a new path or delete it")
             return
-    if p.exists() and not (p.is_dir() and all(re.fullmatch(r"zarr\.json|token_pca|B\d+", f) for f in os.listdir(p))):
+    # zarr.<hex>.partial: the temporary file of a root-metadata write a kill interrupted
+    if p.exists() and not (p.is_dir() and all(re.fullmatch(r"zarr\.json|token_pca|B\d+|zarr\.\w+\.partial", f)
+                                              for f in os.listdir(p))):
         raise StoreError(f"{p} exists and is not a workbench trajectory store: choose another path")
     # New store, or an interrupted create_store: build from scratch; root attrs last (they mark it complete).
     root = zarr.open_group(p, mode="w")
@@ -116,7 +118,7 @@ def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndar
         arr = root.create_array("token_pca", shape=token_pca.shape, dtype=np.float16,
                                 chunks=(min(len(token_pca), 8192) or 1, PCA_DIM), compressors=COMPRESSORS)
         arr[:] = token_pca
-    root.attrs.update(attrs)
+    root.update_attributes(attrs)  # one atomic zarr.json write (attrs.update rewrites it once per key)
 
 
 def open_store(path) -> zarr.Group:
@@ -506,8 +508,9 @@ def store_info(path) -> dict:
             pos, msk = np.pad(pos, (0, ncat - len(pos))), np.pad(msk, (0, ncat - len(msk)))
             step = _slice_rows(B, g["rows/label"].shards[0])
             for a in range(0, n, step):
-                lab, m = g["rows/label"][a:a + step], g["rows/masked"][a:a + step]
-                rc = code[g["rows/traj"][a:a + step]]
+                b = min(a + step, n)             # rows past item_rows (a live or killed writer's) are not counted
+                lab, m = g["rows/label"][a:b], g["rows/masked"][a:b]
+                rc = code[g["rows/traj"][a:b]]
                 pos += np.bincount(rc, weights=(lab & m).sum(1), minlength=len(pos))
                 msk += np.bincount(rc, weights=m.sum(1), minlength=len(msk))
         nbytes = _dir_bytes(Path(path) / f"B{B}")
