@@ -111,3 +111,24 @@ def test_verify_cli_rejects_other_model(tmp_path, micro_checkpoint, small_corpus
     assert bad.returncode == 2 and "collect a new store" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     info = run_cli("store", "info", "--store", str(out))
     assert info.returncode == 0 and json.loads(info.stdout)["block_lengths"]["4"]["trajectories"] == 24
+
+
+def test_collect_with_another_feature_dim(tmp_path, micro_checkpoint, small_corpus):
+    """``--feature_dim 24`` (PCA of 4 dims): the store's token_pca has 4 columns, it verifies, and its rows give
+    24-dim features (the store used to demand 44 PCA columns whatever the feature_dim)."""
+    import zarr
+
+    from workbench.trajectories.collect import CollectConfig, run_collect
+    from workbench.trajectories.features import block_features
+
+    out = tmp_path / "s.zarr"
+    run_collect(CollectConfig(model=str(micro_checkpoint), corpus=str(small_corpus), out=str(out), n_prompts=2,
+                              blocks_per_prompt=1, block_lengths=[4], batch_size=2, context_len=32, feature_dim=24,
+                              precision="fp32", accelerator="cpu", progress_bar=False))
+    verify_store(out)
+    pca = zarr.open_group(out, mode="r")["token_pca"][:]
+    assert pca.shape[1] == 4
+    rows = StoreReader(out, 4).read_row_range(0, 4)
+    feats = block_features(rows["top_ids"], rows["top_probs"], rows["entropy"], rows["masked"], rows["step"], pca,
+                           feature_dim=24)
+    assert feats.shape == (4, 4, 24)

@@ -4,7 +4,8 @@ Layout of a store directory (zarr v3, local filesystem)::
 
     zarr.json               root attrs: schema_version + the collection settings (model_fingerprint,
                             tokenizer_hash, policy, feature_spec, corpus_split, seed, categories, threshold, ...)
-    token_pca               (V, 44) float16, optional: PCA of the model's token embeddings
+    token_pca               (V, pca_dim) float16, optional: PCA of the model's token embeddings (pca_dim from
+                            feature_spec: 44 for the default 144-dim features)
     B{B}/                   one group per block length (attr block_length)
       shard-{rank:03d}/     one group per writer process; attr "commit" = the commit record (see ShardWriter)
         rows/<name>         row arrays, schema.row_array_specs(B)
@@ -76,9 +77,17 @@ def _block_lengths(root: zarr.Group) -> list[int]:
     return sorted(int(k[1:]) for k in root.group_keys() if re.fullmatch(r"B\d+", k))
 
 
+def _pca_width(attrs: dict) -> int:
+    """Columns of ``token_pca``: the ``pca_dim`` of the store's ``feature_spec`` (44 for the default 144-dim
+    features), or :data:`PCA_DIM` when the attrs give none."""
+    spec = attrs.get("feature_spec")
+    return int(spec["pca_dim"]) if isinstance(spec, dict) and "pca_dim" in spec else PCA_DIM
+
+
 def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndarray | None = None) -> None:
     """Create a store at ``path`` (root attrs ``{"schema_version": SCHEMA_VERSION, **attrs}``, one group ``B{B}``
-    per block length, optional ``token_pca`` (V, 44) stored as float16).
+    per block length, optional ``token_pca`` (V, pca_dim) stored as float16, pca_dim from ``attrs["feature_spec"]``,
+    44 by default).
 
     If a store with identical attrs, block lengths and ``token_pca`` exists this is a no-op (how resume
     re-opens it). Raises StoreError if it exists with different settings or ``path`` is something else.
@@ -90,8 +99,9 @@ def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndar
         raise StoreError(f"block_lengths {block_lengths} must be a non-empty list of positive ints")
     if token_pca is not None:
         token_pca = np.asarray(token_pca, dtype=np.float16)
-        if token_pca.ndim != 2 or token_pca.shape[1] != PCA_DIM:
-            raise StoreError(f"token_pca has shape {token_pca.shape}, expected (V, {PCA_DIM}): fit the PCA with {PCA_DIM} components")
+        k = _pca_width(attrs)
+        if token_pca.ndim != 2 or token_pca.shape[1] != k:
+            raise StoreError(f"token_pca has shape {token_pca.shape}, expected (V, {k}): fit the PCA with {k} components")
     if (p / "zarr.json").is_file():
         root = zarr.open_group(p, mode="r")
         if "schema_version" in root.attrs:  # a finished store: compare settings
@@ -116,7 +126,7 @@ def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndar
         root.create_group(f"B{b}", attributes={"block_length": b})
     if token_pca is not None:
         arr = root.create_array("token_pca", shape=token_pca.shape, dtype=np.float16,
-                                chunks=(min(len(token_pca), 8192) or 1, PCA_DIM), compressors=COMPRESSORS)
+                                chunks=(min(len(token_pca), 8192) or 1, token_pca.shape[1]), compressors=COMPRESSORS)
         arr[:] = token_pca
     root.update_attributes(attrs)  # one atomic zarr.json write (attrs.update rewrites it once per key)
 
@@ -537,7 +547,7 @@ def verify_store(path, model_fingerprint: str | None = None, tokenizer_hash: str
         if want is not None and have != want:
             raise StoreError(f"store was collected with {what} {have}, not {want}: collect a new store for this {what}")
     if "token_pca" in root:
-        _check_spec(root["token_pca"], ((PCA_DIM,), np.dtype(np.float16)), "token_pca", None)
+        _check_spec(root["token_pca"], ((_pca_width(dict(root.attrs)),), np.dtype(np.float16)), "token_pca", None)
     summary = {"path": str(path), "schema_version": root.attrs["schema_version"], "block_lengths": {}}
     for B in _block_lengths(root):
         shards = _shards(root, B, path)
