@@ -315,6 +315,8 @@ def test_verify_truncated_array(store):
 def test_verify_missing_chunk_file(store):
     os.remove(Path(store) / f"B{B}/shard-000/rows/entropy/c/1/0")
     one_line_error(lambda: verify_store(store), "truncated", "rows/entropy", "missing")
+    # the reader refuses too (it used to return fill values: zeros a sampler would have trained on)
+    one_line_error(lambda: StoreReader(store, B).read_rows(np.arange(64, 70)), "rows/entropy", "missing")
 
 
 def test_verify_other_model_and_tokenizer(store):

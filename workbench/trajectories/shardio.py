@@ -128,7 +128,6 @@ class ShardedRows:
         self.per_shard = self.shard // inner
         self.decoder = decoder
         self.stable_shards = stable_rows // self.shard
-        self.fill = array.fill_value
         self._index: dict[int, np.ndarray | None] = {}
 
     def read(self, idx: np.ndarray) -> np.ndarray:
@@ -154,21 +153,21 @@ class ShardedRows:
     def _file(self, s: int) -> Path:
         return _shard_path(self.array, s)
 
-    def _shard_index(self, s: int, fds: dict[int, int]) -> np.ndarray | None:
+    def _shard_index(self, s: int, fds: dict[int, int]) -> np.ndarray:
         if s in self._index:
             return self._index[s]
         path = self._file(s)
         try:
             fd = fds[s] = fds.get(s) or os.open(path, os.O_RDONLY)
         except FileNotFoundError:
-            index = None
-        else:
-            n = self.per_shard * 16 + 4
-            size = os.fstat(fd).st_size
-            raw = os.pread(fd, n, size - n) if size >= n else b""
-            if len(raw) != n or google_crc32c.value(raw[:-4]) != int.from_bytes(raw[-4:], "little"):
-                raise ValueError(f"corrupt shard index in {path} (checksum mismatch)")
-            index = np.frombuffer(raw[:-4], "<u8").reshape(self.per_shard, 2)
+            # only committed rows are read, and every write stores whole shards: a missing file is damage
+            raise ValueError(f"missing shard file {path}") from None
+        n = self.per_shard * 16 + 4
+        size = os.fstat(fd).st_size
+        raw = os.pread(fd, n, size - n) if size >= n else b""
+        if len(raw) != n or google_crc32c.value(raw[:-4]) != int.from_bytes(raw[-4:], "little"):
+            raise ValueError(f"corrupt shard index in {path} (checksum mismatch)")
+        index = np.frombuffer(raw[:-4], "<u8").reshape(self.per_shard, 2)
         if s < self.stable_shards:
             self._index[s] = index
         return index
@@ -177,8 +176,8 @@ class ShardedRows:
         s, k = divmod(c, self.per_shard)
         index = self._shard_index(s, fds)
         shape = (self.inner,) + self.shape[1:]
-        if index is None or index[k, 0] == _EMPTY:
-            return np.full(shape, self.fill, self.dtype)
+        if index[k, 0] == _EMPTY:            # a committed row in a chunk the writer never stored: damage
+            raise ValueError(f"missing chunk {k} in {self._file(s)}")
         if s not in fds:
             fds[s] = os.open(self._file(s), os.O_RDONLY)
         off, nbytes = int(index[k, 0]), int(index[k, 1])
