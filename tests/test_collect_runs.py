@@ -89,6 +89,10 @@ def test_two_rank_ddp_equals_single_process(tmp_path, micro_checkpoint, small_co
     a, b = _canonical(single), _canonical(ddp)
     assert len(a) == 48 and a == b
     verify_store(ddp)
+    # resuming the 2-rank store with one process would collect shard-001's items again: refused in one line
+    p = run_cli(*_args(micro_checkpoint, small_corpus, ddp), env={"OMP_NUM_THREADS": "1"})
+    assert p.returncode == 2 and "another number of processes" in p.stderr, p.stderr[-2000:]
+    assert _canonical(ddp) == a
 
 
 def test_verify_cli_rejects_other_model(tmp_path, micro_checkpoint, small_corpus):

@@ -239,8 +239,27 @@ class CollectData(pl.LightningDataModule):
     def predict_dataloader(self):
         rank, world = self.trainer.global_rank, self.trainer.world_size
         writers = self.writer.open(rank)
+        check_same_world(self.writer.path, self.items[rank::world], rank, world)
         mine = [it for it in self.items[rank::world] if it[1] not in writers[it[0]].done_items]
         return DataLoader(ItemDataset(mine), batch_size=None, shuffle=False, collate_fn=_identity)
+
+
+def check_same_world(path, mine: list[tuple[int, int, list]], rank: int, world: int) -> None:
+    """Refuse to resume a store with another number of processes than the run that started it.
+
+    Rank ``r`` of ``world`` owns work items ``items[r::world]``; a resume with another world size would give
+    rank ``r`` items another rank's shard already holds, and collect them twice. In a run with the same world
+    size no other shard ever holds this rank's items, so the check cannot fire while the other ranks write.
+    Raises :class:`~workbench.trajectories.store.StoreError` (one line)."""
+    from .store import StoreError, committed_items
+
+    for b in sorted({it[0] for it in mine}):
+        ids = {it[1] for it in mine if it[0] == b}
+        for shard, done in committed_items(path, b).items():
+            if shard != f"shard-{rank:03d}" and ids & done:
+                raise StoreError(f"store {path} was started with another number of processes: {shard} of B{b} "
+                                 f"already holds work items of rank {rank} of {world}; resume with the --devices "
+                                 "(and --num_nodes) of the first run, or collect into a new path")
 
 
 def store_attrs(cfg: CollectConfig, model, tok, categories: list[str]) -> dict:

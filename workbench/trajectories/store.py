@@ -386,6 +386,16 @@ def _shards(root: zarr.Group, B: int, path) -> list[tuple[str, zarr.Group, dict]
     return [(n, group[n], group[n].attrs.get("commit")) for n in names]  # commit None: creation interrupted
 
 
+def committed_items(path, B: int) -> dict[str, set[int]]:
+    """Work-item ids each shard group of block length ``B`` has committed: ``{"shard-000": {ids}, ...}`` (a shard
+    whose creation was interrupted has none). Raises StoreError for a missing store or block length."""
+    out = {}
+    for name, g, c in _shards(open_store(path), B, path):
+        n = int(c["items"]) if c else 0
+        out[name] = set(g["items"][:n, 0].tolist()) if n else set()
+    return out
+
+
 class StoreReader:
     """All shards of one block length presented as one dataset (global row and trajectory indices).
 
