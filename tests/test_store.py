@@ -302,6 +302,29 @@ def test_verify_corrupt_chunk(store):
         StoreReader(store, B).read_rows(np.array([1, 2]))
 
 
+@pytest.mark.parametrize("name", ["prompt_id", "category", "block_index"])
+def test_verify_decodes_every_trajectory_column(store, name):
+    f = Path(store) / f"B{B}/shard-000/trajectories/{name}/c/0"
+    f.write_bytes(f.read_bytes()[:16] + np.random.default_rng(0).bytes(f.stat().st_size - 16))
+    one_line_error(lambda: verify_store(store), f"trajectories/{name}")   # a decode error or ids out of range
+
+
+def test_verify_range_checks_ids(store):
+    a = _rw(store, "trajectories/category")
+    a[5] = len(ATTRS["categories"])        # a category code with no name
+    one_line_error(lambda: verify_store(store), "trajectories/category", "outside [0, 3)", "entry 5")
+    a[5] = 0
+    verify_store(store)
+    root = zarr.open_group(store, mode="a")
+    root.attrs["vocab_size"] = 20          # the fixture's ids go up to 49, its token_pca has 20 rows
+    one_line_error(lambda: verify_store(store), "final_ids", "outside [0, 20)")
+    ids = _rw(store, "trajectories/final_ids")
+    ids[:] = np.minimum(ids[:], 19)
+    one_line_error(lambda: verify_store(store), "rows/top_ids", "outside [0, 20)")
+    root.attrs["vocab_size"] = 50
+    one_line_error(lambda: verify_store(store), "token_pca has 20 rows", "vocab_size is 50")
+
+
 def test_verify_truncated_array(store):
     a = _rw(store, "rows/label")
     a.resize((a.shape[0] - 5, B))

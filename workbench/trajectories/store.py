@@ -556,16 +556,30 @@ def verify_store(path, model_fingerprint: str | None = None, tokenizer_hash: str
         have = root.attrs.get(key)
         if want is not None and have != want:
             raise StoreError(f"store was collected with {what} {have}, not {want}: collect a new store for this {what}")
+    vocab = root.attrs.get("vocab_size")
     if "token_pca" in root:
         _check_spec(root["token_pca"], ((_pca_width(dict(root.attrs)),), np.dtype(np.float16)), "token_pca", None)
+        if vocab is not None and root["token_pca"].shape[0] != vocab:
+            raise StoreError(f"token_pca has {root['token_pca'].shape[0]} rows but the store's vocab_size is {vocab}: "
+                             "the store mixes two vocabularies; collect it again")
+    n_cat = len(root.attrs.get("categories") or []) or None
     summary = {"path": str(path), "schema_version": root.attrs["schema_version"], "block_lengths": {}}
     for B in _block_lengths(root):
         shards = _shards(root, B, path)
         for name, g, c in shards:
-            _verify_shard(Path(path), f"B{B}/{name}", g, c, B)
+            _verify_shard(Path(path), f"B{B}/{name}", g, c, B, vocab, n_cat)
         summary["block_lengths"][B] = {"rows": sum(c["item_rows"] for *_, c in shards),
                                        "trajectories": sum(c["item_trajs"] for *_, c in shards), "shards": len(shards)}
     return summary
+
+
+def _check_ids(v: np.ndarray, hi: int | None, where: str, first: int) -> None:
+    """Ids must lie in ``[0, hi)`` (``hi`` None: only ``>= 0``); ``first`` is the index of ``v[0]`` in the array."""
+    bad = (v < 0) | (v >= hi) if hi is not None else v < 0
+    if bad.any():
+        at = first + int(np.argwhere(bad)[0, 0])
+        raise StoreError(f"array {where} has an id outside [0, {hi if hi is not None else 'inf'}) at entry {at}: the store "
+                         "is damaged or mixes vocabularies; delete the shard group and re-run the collection")
 
 
 def _check_spec(arr: zarr.Array, spec, where: str, committed: int | None) -> None:
@@ -596,7 +610,8 @@ def _read(arr: zarr.Array, sl: slice, where: str) -> np.ndarray:
                          "the shard group and re-run the collection to rewrite it") from None
 
 
-def _verify_shard(root: Path, name: str, g: zarr.Group, c: dict, B: int) -> None:
+def _verify_shard(root: Path, name: str, g: zarr.Group, c: dict, B: int, vocab: int | None = None,
+                  n_cat: int | None = None) -> None:
     if not isinstance(c, dict) or set(c) != set(_EMPTY_COMMIT):
         raise StoreError(f"shard {name} has no valid commit record: its writer never committed; delete the shard group and re-run the collection")
     arrays = {}
@@ -622,6 +637,9 @@ def _verify_shard(root: Path, name: str, g: zarr.Group, c: dict, B: int) -> None
                          "delete the shard group and re-run the collection")
     if R and not T:
         raise StoreError(f"shard {name} has {R} rows but no trajectories: delete the shard group and re-run the collection")
+    # decode every trajectory column (row ranges above, final_ids below), and range-check ids
+    for k, hi in (("prompt_id", None), ("block_index", None), ("category", n_cat), ("final_ids", vocab)):
+        _check_ids(_read(arrays[k], slice(0, T), f"{name}/trajectories/{k}"), hi, f"{name}/trajectories/{k}", 0)
     step = _slice_rows(B, arrays["label"].shards[0] if arrays["label"].shards else arrays["label"].chunks[0])
     for a in range(0, R, step):
         sl = slice(a, min(a + step, R))
@@ -636,6 +654,7 @@ def _verify_shard(root: Path, name: str, g: zarr.Group, c: dict, B: int) -> None
             bad = a + int(np.argmax(v["traj"] != expect))
             raise StoreError(f"array {name}/rows/traj disagrees with the trajectory row ranges at row {bad}: "
                              "delete the shard group and re-run the collection")
+        _check_ids(v["top_ids"], vocab, f"{name}/rows/top_ids", a)
         t0 = int(expect[0])
         fin = _read(arrays["final_ids"], slice(t0, int(expect[-1]) + 1), f"{name}/trajectories/final_ids")[expect - t0]
         bad_pos = v["masked"] & (v["label"] != (v["top_ids"][..., 0] == fin))
