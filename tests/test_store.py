@@ -166,6 +166,11 @@ def test_bad_input_refused(tmp_path):
     one_line_error(lambda: ShardWriter(p, 32), "no block length 32")
 
 
+def test_create_store_refuses_a_zarr_array(tmp_path):
+    zarr.create_array(tmp_path / "a.zarr", shape=(4,), dtype="int32")
+    one_line_error(lambda: create_store(tmp_path / "a.zarr", ATTRS, [B]), "not a workbench trajectory store")
+
+
 def test_create_store_different_attrs_refused(tmp_path):
     p = new_store(tmp_path / "s", items=range(3))
     create_store(p, ATTRS, [B], token_pca=np.arange(20 * 44).reshape(20, 44) / 100)  # identical: no-op

@@ -103,7 +103,10 @@ def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndar
         if token_pca.ndim != 2 or token_pca.shape[1] != k:
             raise StoreError(f"token_pca has shape {token_pca.shape}, expected (V, {k}): fit the PCA with {k} components")
     if (p / "zarr.json").is_file():
-        root = zarr.open_group(p, mode="r")
+        try:
+            root = zarr.open_group(p, mode="r")
+        except Exception:  # noqa: BLE001 - a zarr array or unreadable metadata: not ours
+            raise StoreError(f"{p} exists and is not a workbench trajectory store: choose another path") from None
         if "schema_version" in root.attrs:  # a finished store: compare settings
             old = {"block_lengths": _block_lengths(root), **dict(root.attrs)}
             new = {"block_lengths": lens, **attrs}
