@@ -249,9 +249,7 @@ def _collect(cfg: DemoConfig, model_spec: str, run: Path) -> dict:
                          n_prompts=cfg.collect_prompts, precision=cfg.precision, progress_bar=cfg.progress_bar,
                          accelerator="cpu" if cfg.device == "cpu" else "auto")
     r = run_collect(ccfg)
-    info = store_info(out)
-    info["path"] = out
-    return {"store": out, "policy": cfg.collect_policy, "run": r, "info": info}
+    return {"store": out, "policy": cfg.collect_policy, "run": r, "info": store_info(out)}
 
 
 def _sampler_stage(cfg: DemoConfig, model_spec, model, tok, prompts, ecfg, run: Path, decode_cache: dict) -> dict:

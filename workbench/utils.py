@@ -70,6 +70,13 @@ def check_replaceable(path: str | os.PathLike) -> None:
                       "will not be replaced; choose another --out_dir or remove it")
 
 
+def check_out_dir(path: str | os.PathLike) -> None:
+    """Fail before any work, leaving nothing behind, if ``path`` cannot become a result directory: it must be
+    replaceable (:func:`check_replaceable`) and writable (:func:`check_run_dir`). Raises :class:`RunDirError`."""
+    check_replaceable(path)
+    check_run_dir(path)
+
+
 @contextmanager
 def staged_dir(final: str | os.PathLike, relocate: bool = False) -> Iterator[Path]:
     """Build a directory in ``<final>.partial`` and move it to ``final`` only if the block succeeds.

@@ -178,15 +178,15 @@ def run_deer_eval(cfg: DeerEvalConfig, target=None, tokenizer=None) -> Path:
 
     Raises ``ValueError`` for a bad config, :class:`~workbench.deer.models.TokenizerMismatchError` for a
     drafter with another tokenizer, :class:`~workbench.model.io.CheckpointError` for a bad drafter path,
-    :class:`~workbench.utils.RunDirError` for an ``out_dir`` it may not replace (before any decoding).
+    :class:`~workbench.utils.RunDirError` for an ``out_dir`` it may not replace or cannot write (before any decoding).
     """
     from ..evaluation.harness import resolve_device
     from ..speculative.linear import linear_self_speculation
-    from ..utils import check_replaceable, staged_dir
+    from ..utils import check_out_dir, staged_dir
     from .plots import plot_acceptance, plot_alpha
 
     cfg.validate()
-    check_replaceable(cfg.out_dir)
+    check_out_dir(cfg.out_dir)
     dev = resolve_device(cfg.device)
     if target is None:
         target, tokenizer = load_target(cfg.target, dev)

@@ -16,7 +16,6 @@ over positions (the arithmetic mean over uniform cuts overweights easy, long-acc
 """
 from __future__ import annotations
 
-
 import pytorch_lightning as pl
 import torch
 

@@ -18,7 +18,6 @@ Validation metrics (greedy drafts, adapter on; verifier with the adapter off):
 """
 from __future__ import annotations
 
-
 import pytorch_lightning as pl
 import torch
 

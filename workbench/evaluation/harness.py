@@ -287,11 +287,10 @@ def check_sweep_fits(model, block_lengths, prompt_len: int, gen_len: int, meta: 
 def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFrame, pd.DataFrame, Path]:
     """Evaluate and write ``results.parquet``, ``summary.parquet``, ``summary.json`` and ``config.json``
     to ``cfg.out_dir``. Returns (per-prompt rows, summary, run dir)."""
-    from ..utils import check_replaceable, check_run_dir, staged_dir
+    from ..utils import check_out_dir, staged_dir
 
     cfg.validate()
-    check_replaceable(cfg.out_dir)              # before minutes of decoding, without creating anything
-    check_run_dir(cfg.out_dir)
+    check_out_dir(cfg.out_dir)                  # before minutes of decoding, without creating anything
     meta = None                                 # a model passed in has no workbench.json to check against
     if model is None:
         model, tokenizer, meta = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)

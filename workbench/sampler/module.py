@@ -8,7 +8,6 @@ top-1 probability alone on the same positions: the confidence-thresholding basel
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pytorch_lightning as pl
 import torch

@@ -30,7 +30,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ..decoding.base import DecodeError
-from ..utils import check_replaceable, check_run_dir, staged_dir
+from ..utils import check_out_dir, staged_dir
 from .runner import run_sol
 
 
@@ -136,8 +136,7 @@ def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
     from ..tokenizer import is_byte_tokenizer
 
     cfg.validate()
-    check_replaceable(cfg.out_dir)              # before the search, without creating anything
-    check_run_dir(cfg.out_dir)
+    check_out_dir(cfg.out_dir)                  # before the search, without creating anything
     meta = None                                 # a model passed in has no workbench.json to check against
     if model is None:
         model, tokenizer, meta = load_model(cfg.model, resolve_device(cfg.device))
@@ -199,8 +198,7 @@ def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
         (out / "summary.json").write_text(json.dumps({"wall_s": time.time() - t0, "n_prompts": len(prompts),
                                                       "overall": overall.to_dict(orient="records")}, indent=2) + "\n")
         plot_sol(summary, overall, out)
-    out = Path(cfg.out_dir)
-    return {"overall": overall, "summary": summary, "out_dir": out, "wall_s": time.time() - t0}
+    return {"overall": overall, "summary": summary, "out_dir": Path(cfg.out_dir), "wall_s": time.time() - t0}
 
 
 def _linear_ss_rows(cfg: SolConfig, model, prompts, b: int, pad: int) -> list[dict]:

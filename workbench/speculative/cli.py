@@ -99,11 +99,11 @@ def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
     from ..evaluation.harness import load_model, resolve_device
     from ..evaluation.prompts import make_prompts
     from ..tokenizer import is_byte_tokenizer
-    from ..utils import check_replaceable, staged_dir
+    from ..utils import check_out_dir, staged_dir
     from .evaluate import default_methods, evaluate_speculation, summarize_speculation
 
     cfg.validate()
-    check_replaceable(cfg.out_dir)              # before loading the model and decoding
+    check_out_dir(cfg.out_dir)                  # before loading the model and decoding
     if model is None:
         model, tokenizer, _ = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
         if cfg.adapter:
