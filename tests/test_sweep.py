@@ -63,3 +63,23 @@ def test_confidence_threshold_range_validated():
     with pytest.raises(ValueError, match=r"\(0, 1\]"):
         SweepConfig(threshold_low=0.5, threshold_high=1.5).validate()
     SweepConfig(threshold_low=0.3, threshold_high=1.0).validate()
+
+
+def test_resumed_study_does_not_redraw_the_first_trials(tmp_path):
+    """A study resumed with the same seed must not propose the killed run's parameters again."""
+    from workbench.tune.storage import open_study
+
+    def run(n):
+        study = open_study("s", None, tmp_path, "tpe", 0, directions=["maximize", "maximize"])
+        study.optimize(lambda t: (t.suggest_float("threshold", 0.3, 1.0), 0.0), n_trials=n)
+        return [t.params["threshold"] for t in study.trials]
+
+    first = run(4)
+    both = run(4)
+    assert both[:4] == first and len(both) == 8
+    assert not set(both[4:]) & set(first)
+    # same seed, fresh storage: the first trials are reproducible
+    (tmp_path / "other").mkdir()
+    again = open_study("s", None, tmp_path / "other", "tpe", 0, directions=["maximize", "maximize"])
+    again.optimize(lambda t: (t.suggest_float("threshold", 0.3, 1.0), 0.0), n_trials=4)
+    assert [t.params["threshold"] for t in again.trials] == first

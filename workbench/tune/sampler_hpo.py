@@ -17,7 +17,7 @@ import optuna
 import pytorch_lightning as pl
 
 from ..utils import prepare_run_dir
-from .storage import make_storage
+from .storage import open_study
 
 
 class PruningCallback(pl.Callback):
@@ -71,7 +71,7 @@ class SamplerHPOConfig:
     keep_trial_dirs: bool = False
     """Keep every trial's run directory (default: only the best trial's sampler is kept)."""
     seed: int | None = 0
-    """Optuna sampler seed."""
+    """Optuna sampler seed (a resumed study uses seed + its trial count; give parallel workers their own)."""
 
 
 def run_sampler_hpo(cfg: SamplerHPOConfig) -> dict:
@@ -81,9 +81,8 @@ def run_sampler_hpo(cfg: SamplerHPOConfig) -> dict:
     out = prepare_run_dir(cfg.out_dir)
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=cfg.study, storage=make_storage(cfg.storage, out), load_if_exists=True,
-                                direction="maximize", sampler=optuna.samplers.TPESampler(seed=cfg.seed),
-                                pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=cfg.val_every or 0))
+    study = open_study(cfg.study, cfg.storage, out, "tpe", cfg.seed, direction="maximize",
+                       pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=cfg.val_every or 0))
     base = SamplerTrainConfig(store=cfg.store, block_length=cfg.block_length, max_epochs=cfg.max_epochs,
                               val_every=cfg.val_every, batch_size=cfg.batch_size, progress_bar=False, resume=False)
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)

@@ -30,3 +30,19 @@ def make_sampler(name: str, seed: int | None):
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed)
     raise ValueError(f"unknown Optuna sampler {name!r}; valid: {', '.join(OPTUNA_SAMPLERS)}")
+
+
+def open_study(name: str, storage: str | None, out_dir: Path, sampler: str = "tpe", seed: int | None = 0,
+               **kwargs) -> optuna.Study:
+    """Create the study ``name`` in ``make_storage(storage, out_dir)`` or resume it (``load_if_exists``).
+
+    The sampler's seed is ``seed + n``, where n is the number of trials already in the study. With a fixed
+    seed alone, a resumed study would redraw the first trials' parameters (TPE's start-up trials are random
+    draws from that seed) and add duplicate points to the front. ``seed = None`` draws from the OS. Workers
+    started together on one storage should each get their own seed (or ``None``): they see the same ``n``.
+    ``kwargs`` go to :func:`optuna.create_study` (``directions``, ``direction``, ``pruner``)."""
+    study = optuna.create_study(study_name=name, storage=make_storage(storage, out_dir), load_if_exists=True,
+                                sampler=make_sampler(sampler, seed), **kwargs)
+    if seed is not None and study.trials:
+        study.sampler = make_sampler(sampler, seed + len(study.trials))
+    return study

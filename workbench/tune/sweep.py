@@ -13,7 +13,7 @@ import optuna
 import pandas as pd
 
 from ..utils import prepare_run_dir
-from .storage import make_sampler, make_storage
+from .storage import open_study
 
 SWEEP_POLICIES = ("confidence", "sampler")
 ACCURACY_METRICS = ("agree_serial", "token_acc")
@@ -64,7 +64,7 @@ class SweepConfig:
     optuna_sampler: str = "tpe"
     """Optuna sampler: tpe (Optuna 5's default) or nsga2."""
     seed: int | None = 0
-    """Optuna sampler seed."""
+    """Optuna sampler seed (a resumed study uses seed + its trial count; give parallel workers their own)."""
 
     def validate(self) -> None:
         if self.policy not in SWEEP_POLICIES:
@@ -132,8 +132,7 @@ def run_sweep(cfg: SweepConfig) -> dict:
     out = prepare_run_dir(cfg.out_dir)
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=cfg.study, storage=make_storage(cfg.storage, out), load_if_exists=True,
-                                directions=["maximize", "maximize"], sampler=make_sampler(cfg.optuna_sampler, cfg.seed))
+    study = open_study(cfg.study, cfg.storage, out, cfg.optuna_sampler, cfg.seed, directions=["maximize", "maximize"])
     import warnings
 
     with warnings.catch_warnings():
