@@ -42,3 +42,39 @@ def test_missing_token_pca_is_a_clear_error(tmp_path):
     d = save_sampler(SamplerNet(cfg), cfg, tmp_path / "s", {})
     with pytest.raises(FileNotFoundError, match="token_pca"):
         LoadedSampler.load(d)
+
+
+def _with_meta(sampler, **meta):
+    return LoadedSampler(sampler.net, sampler.token_pca, sampler.feature_dim, {**sampler.meta, **meta})
+
+
+def test_sampler_trained_at_another_block_length_is_refused(micro_model, sampler):
+    from workbench.decoding import DecodeError
+
+    s = _with_meta(sampler, block_length=8)
+    get_policy("sampler")(micro_model, PROMPTS, 16, block_length=8, threshold=0.5, sampler=s)
+    with pytest.raises(DecodeError, match="trained at block length 8, not 4"):
+        get_policy("sampler")(micro_model, PROMPTS, 16, block_length=4, threshold=0.5, sampler=s)
+
+
+def test_sampler_trained_on_another_model_is_refused(micro_model, sampler):
+    from workbench.decoding import DecodeError
+    from workbench.model.fingerprint import model_fingerprint
+
+    same = _with_meta(sampler, model_fingerprint=model_fingerprint(micro_model))
+    get_policy("sampler")(micro_model, PROMPTS, 16, block_length=8, threshold=0.5, sampler=same)
+    with pytest.raises(DecodeError, match="trajectories of model 0123456789abcdef"):
+        get_policy("sampler")(micro_model, PROMPTS, 16, block_length=8, threshold=0.5,
+                              sampler=_with_meta(sampler, model_fingerprint="0123456789abcdef"))
+
+
+def test_sampler_forward_stays_fp32_under_bf16_decoding(micro_model, sampler):
+    """The sampler is trained in fp32; the decode's bf16 autocast must not reach its forward."""
+    seen = []
+    hook = sampler.net.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    try:
+        get_policy("sampler")(micro_model, PROMPTS, 16, block_length=8, threshold=0.5, sampler=sampler,
+                              precision="bf16")
+    finally:
+        hook.remove()
+    assert seen and all(d == torch.float32 for d in seen)

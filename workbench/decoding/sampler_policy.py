@@ -9,7 +9,7 @@ function and float16 quantisation used on store rows at training time.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ class LoadedSampler:
     token_pca: np.ndarray
     feature_dim: int
     meta: dict
+    _matched_models: set = field(default_factory=set, repr=False)
 
     @classmethod
     def load(cls, path: str | Path, device="cpu") -> "LoadedSampler":
@@ -41,6 +42,30 @@ class LoadedSampler:
         if not pca_file.is_file():
             raise FileNotFoundError(f"{pca_file} is missing: the sampler directory must hold the store's token_pca")
         return cls(net.to(device).eval(), np.load(pca_file), int(cfg.feature_dim), meta)
+
+    def check_compatible(self, model, block_length: int) -> None:
+        """Refuse to decode outside what the sampler was trained on: another block length (its position
+        embeddings past the trained B were never trained) or another model (its features and labels came
+        from that model's trajectories). ``block_length`` and ``model_fingerprint`` come from the
+        ``sampler.json`` metadata that ``workbench train sampler`` writes; a missing key is not checked.
+        The fingerprint (a hash of every weight) is computed once per model object.
+
+        Raises:
+            DecodeError: one line naming the mismatch and the fix.
+        """
+        trained_b = self.meta.get("block_length")
+        if trained_b is not None and int(trained_b) != block_length:
+            raise DecodeError(f"the sampler was trained at block length {trained_b}, not {block_length}: decode at "
+                              f"B = {trained_b} or train a sampler on a store's B = {block_length} group")
+        expected = self.meta.get("model_fingerprint")
+        if expected and id(model) not in self._matched_models:
+            from ..model.fingerprint import model_fingerprint
+
+            got = model_fingerprint(model)
+            if got != expected:
+                raise DecodeError(f"the sampler was trained on trajectories of model {expected}, but this model's "
+                                  f"fingerprint is {got}: train a sampler on a store collected from this model")
+            self._matched_models.add(id(model))
 
 
 class SamplerRule:
@@ -67,7 +92,10 @@ class SamplerRule:
         rec = step_record(probs, masked)
         feats = block_features(rec["top_ids"], rec["top_probs"], rec["entropy"], rec["masked"], self.steps,
                                self._pca.to(masked.device), self.s.feature_dim)
-        p = torch.sigmoid(self.s.net(feats.to(next(self.s.net.parameters()).device)).float()).to(masked.device)
+        # the sampler was trained in fp32: keep the decode's bf16 autocast off its forward
+        with torch.autocast(masked.device.type, enabled=False):
+            logits = self.s.net(feats.float().to(next(self.s.net.parameters()).device))
+        p = torch.sigmoid(logits.float()).to(masked.device)
         commit = ((p >= self.threshold) & masked) | most_confident(p, masked)
         self.seconds += time.perf_counter() - t0
         self.calls += 1
@@ -84,6 +112,7 @@ def sampler_decode(model, prompts, gen_len: int, block_length: int, threshold: f
         raise DecodeError("the sampler policy needs --sampler <trained sampler directory>")
     if not isinstance(sampler, LoadedSampler):
         sampler = LoadedSampler.load(sampler, model.device)
+    sampler.check_compatible(model, block_length)
     rule = SamplerRule(sampler, threshold)
     res = diffusion_decode(model, prompts, gen_len, block_length, rule, **kw)
     res.sampler_seconds = rule.seconds
