@@ -19,7 +19,7 @@ from workbench.deer.attention import draft_block_logits
 from workbench.deer.batches import build_span_batch
 from workbench.deer.data import load_teacher
 from workbench.deer.decode import deer_decode
-from workbench.deer.losses import deer_loss, leading_matches
+from workbench.deer.losses import deer_loss, greedy_tau_estimate, leading_matches
 from workbench.deer.masking import (full_noise, mask_span, stage1_spans, stage1_weights, stage2_spans,
                                     stage2_weights)
 from workbench.deer.models import TokenizerMismatchError, build_drafter, check_shared_tokenizer
@@ -112,6 +112,32 @@ def test_leading_matches_is_greedy_acceptance():
     valid = torch.tensor([[True] * 4, [True] * 4, [True, True, True, False]])
     assert leading_matches(pred, tgt, valid).tolist() == [2, 0, 3]
 
+
+
+def test_greedy_tau_estimate_matches_the_cycle_walk():
+    """With drafter errors at fixed, independently drawn positions of each answer, the mean of a + 1 over
+    all cuts equals the τ of walking greedy cycles s → s + a(s) + 1; the harmonic mean (the old val/tau)
+    is far below it."""
+    g = torch.Generator().manual_seed(0)
+    length, k = 128, 16
+    for p_err in (0.1, 0.3):
+        wrong = torch.rand(300, length, generator=g) < p_err               # (answers, positions)
+        target = torch.arange(length).expand(300, length)
+        pred = torch.where(wrong, -1, target)
+        # a at every cut c: leading matches of the k-token draft starting at c, capped by the answer's end
+        acc = torch.stack([leading_matches(pred[:, c:c + k], target[:, c:c + k],
+                                           torch.ones_like(target[:, c:c + k], dtype=torch.bool))
+                           for c in range(length)], dim=1)                    # (answers, cuts)
+        tokens = cycles = 0
+        for row in acc.tolist():
+            s = 0
+            while s < length:
+                tokens, cycles, s = tokens + row[s] + 1, cycles + 1, s + row[s] + 1
+        exact = tokens / cycles
+        est = float(greedy_tau_estimate(acc.flatten()))
+        harmonic = 1 / float((1 / (acc.float() + 1)).mean())
+        assert abs(est - exact) / exact < 0.03, (p_err, est, exact)
+        assert harmonic < 0.8 * exact
 
 # ---------------------------------------------------------------- the drafter's block forward
 def test_block_forward_matches_extend_then_diffusion_logits(micro_model):

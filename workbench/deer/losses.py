@@ -40,3 +40,22 @@ def leading_matches(pred: torch.Tensor, targets: torch.Tensor, valid: torch.Tens
     """
     ok = (pred == targets) & valid
     return ok.long().cumprod(dim=1).sum(dim=1)
+
+
+def greedy_tau_estimate(accepted: torch.Tensor) -> torch.Tensor:
+    """τ of greedy DEER decoding estimated from :func:`leading_matches` at uniformly drawn cuts: the mean
+    of ``a + 1`` (scalar).
+
+    A decoding cycle starting at s covers ``a(s) + 1`` positions and the next starts at ``s + a(s) + 1``.
+    When the drafter's first error after a start falls at each position independently with the same
+    probability (errors memoryless along the answer), the ``a`` at a uniform cut has the distribution of the
+    ``a`` at a cycle start, so this mean is τ. It is not the harmonic mean ``1 / mean(1 / (a + 1))``: the
+    positions inside one cycle have ``a(s) - j`` left, not ``a(s)``, so that mean counts about
+    ``H(a + 1)`` cycles for each real one and about halves τ (tests/test_deer.py checks both against the
+    exact cycle walk). Clustered errors make any single-cut estimate approximate; the decoded τ of
+    ``workbench deer eval`` is the measured one.
+
+    Args:
+        accepted: ``(N,)`` accepted draft tokens per cut (long or float).
+    """
+    return (accepted.float() + 1).mean()

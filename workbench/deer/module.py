@@ -9,10 +9,9 @@ fixed spans for both stages, so runs are comparable): ``val/loss`` (the stage's 
 ``val/ce_block`` (CE over a fully masked block of ``val_draft_length`` tokens after a random cut) and
 ``val/accept_len``: the greedy acceptance ``a`` a one-step draft of that block would get against the teacher
 answer at a uniformly drawn cut (exact per cut for greedy teacher data, whose answers *are* the target's
-greedy continuation; capped by the answer's end); ``val/tau``: the τ of decoding, estimated as the harmonic
-mean ``1 / mean(1 / (a + 1))``. A decoding cycle covers ``a + 1`` positions, so cycles start at a position
-with density ``1 / (a + 1)`` and ``tokens / cycles`` is the harmonic, not the arithmetic, mean of ``a + 1``
-over positions (the arithmetic mean over uniform cuts overweights easy, long-accept regions).
+greedy continuation; capped by the answer's end); ``val/tau``: the τ of greedy decoding estimated as the
+mean of ``a + 1`` (:func:`~workbench.deer.losses.greedy_tau_estimate`, exact when the drafter's errors are
+memoryless along the answer).
 """
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from ..train.schedule import optimizer_config
 from ..utils import step_generator
 from .attention import draft_block_logits
 from .batches import build_span_batch
-from .losses import deer_loss, leading_matches
+from .losses import deer_loss, greedy_tau_estimate, leading_matches
 from .masking import WEIGHTS, get_noise, get_spans, mask_span, stage1_spans
 
 
@@ -52,8 +51,6 @@ class DeerModule(pl.LightningModule):
         self.val_draft_length = val_draft_length
         self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
         self.max_steps, self.min_lr_ratio, self.seed = max_steps, min_lr_ratio, seed
-        self._inv_tau: list[float] = []
-        self._rows = 0
 
     def _span_logits(self, batch: dict, cut: torch.Tensor, end: torch.Tensor, masked_fn):
         sb = build_span_batch(batch["prompt"], batch["answer"], cut, end, self.pad_id, self.max_context)
@@ -94,16 +91,8 @@ class DeerModule(pl.LightningModule):
         sb, logits, masked, _ = self._span_logits(batch, cut, end, lambda v: (v.clone(), v.float()))
         ce = deer_loss(logits, sb.span, masked, masked.float(), masked)
         acc = leading_matches(logits.argmax(-1), sb.span, sb.span_valid).float()
-        self._inv_tau.append((1.0 / (acc + 1)).sum().item())
-        self._rows += n
         self.log_dict({"val/loss": loss, "val/ce_block": ce, "val/accept_len": acc.mean()}, batch_size=n)
-
-    def on_validation_epoch_start(self) -> None:
-        self._inv_tau, self._rows = [], 0
-
-    def on_validation_epoch_end(self) -> None:
-        if self._rows:
-            self.log("val/tau", self._rows / max(1e-12, sum(self._inv_tau)), prog_bar=True)
+        self.log("val/tau", greedy_tau_estimate(acc), prog_bar=True, batch_size=n)
 
     def configure_optimizers(self):
         decay = [p for p in self.drafter.parameters() if p.dim() >= 2]
