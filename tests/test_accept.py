@@ -47,3 +47,27 @@ def test_speculative_rule_identical_distributions_always_accept():
     hist, res = _first_token_hist(p, p, trials=20_000)
     assert bool((res.accepted == 1).all())
     assert torch.allclose(hist, torch.tensor(p, dtype=torch.double), atol=0.02)
+
+
+def test_speculative_rule_matches_target_at_every_slot_of_a_long_draft():
+    """k = 3 drafts with a different (p_j, q_j) per slot and a token q_1 never proposes: among rows that
+    reach slot j, the token emitted there (accepted draft, residual resample or bonus) follows p_j, and
+    the mean accepted length is Σ_j Π_{i≤j} Σ_x min(p_i, q_i)."""
+    v, k, n = 5, 3, 200_000
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    p = torch.softmax(torch.randn(k + 1, v) * 1.5, -1)
+    q = torch.softmax(torch.randn(k, v) * 1.5, -1)
+    q[0, 2] = 0.0
+    q[0] /= q[0].sum()
+    pn, qn = p.expand(n, -1, -1).contiguous(), q.expand(n, -1, -1).contiguous()
+    draft = torch.multinomial(qn.reshape(-1, v), 1, generator=g).view(n, k)
+    res = speculative_accept(draft, qn, pn, generator=g)
+    emitted = torch.cat([draft, torch.zeros(n, 1, dtype=torch.long)], 1)
+    emitted[torch.arange(n), res.accepted] = res.next_token
+    for j in range(k + 1):
+        reach = res.accepted >= j
+        hist = torch.bincount(emitted[reach, j], minlength=v).double() / reach.sum()
+        assert torch.allclose(hist, p[j].double(), atol=0.01), (j, hist, p[j])
+    expected = torch.cumprod(torch.minimum(p[:k], q).sum(-1), 0).sum().item()
+    assert abs(res.accepted.double().mean().item() - expected) < 0.01

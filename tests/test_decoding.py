@@ -110,3 +110,12 @@ def test_bad_decoding_arguments(micro_model, kw, msg):
 def test_unknown_policy_lists_valid_names():
     with pytest.raises(DecodeError, match="valid: ar_greedy, ar_sample, confidence, deer, sampler, serial, ss_linear, ss_quadratic"):
         get_policy("nope")
+
+
+def test_real_context_ar_without_block_length_is_one_segment(micro_model):
+    """Real-context AR decoding with no block length treats the whole generation as one segment (as
+    ``ar_nll`` does) instead of crashing on ``range(..., None)``."""
+    real = [list(range(60, 76))] * len(PROMPTS)
+    a = get_policy("ar_greedy")(micro_model, PROMPTS, 16, real_continuation=real)
+    b = get_policy("ar_greedy")(micro_model, PROMPTS, 16, real_continuation=real, block_length=16)
+    assert a.tokens == b.tokens and a.forwards == b.forwards

@@ -23,7 +23,7 @@ def ar_decode(model, prompts: list[list[int]], gen_len: int, temperature: float 
         real_continuation: real-context mode: after every ``block_length`` generated tokens the context
             is reset to the *real* continuation (the generated block is discarded from the context),
             so degenerate output cannot feed itself. ``None`` → free-running.
-        block_length: block size of the real-context mode.
+        block_length: block size of the real-context mode (``None``: one segment of ``gen_len``, as in ``ar_nll``).
         pad_id: id used for left padding (never attended to).
         precision: 'fp32' or 'bf16' (autocast).
         seed: sampling seed.
@@ -36,7 +36,7 @@ def ar_decode(model, prompts: list[list[int]], gen_len: int, temperature: float 
     ids, valid = left_pad(prompts, pad_id, dev)
     n = ids.shape[0]
     real = torch.tensor(real_continuation, dtype=torch.long, device=dev) if real_continuation is not None else None
-    seg = block_length if real is not None else gen_len
+    seg = (block_length or gen_len) if real is not None else gen_len
     out = torch.zeros((n, gen_len), dtype=torch.long, device=dev)
     t0 = time.perf_counter()
 
@@ -83,4 +83,5 @@ def ar_decode(model, prompts: list[list[int]], gen_len: int, temperature: float 
     toks = out.tolist()
     return DecodeResult(tokens=toks, forwards=[gen_len] * n, extra_forwards=[0] * n,
                         committed_per_step=[[1] * gen_len for _ in range(n)],
-                        step_tokens=[[[t] for t in row] for row in toks], wall_time=wall, model_calls=gen_len)
+                        step_tokens=[[[t] for t in row] for row in toks], wall_time=wall,
+                        model_calls=gen_len - 1 if use_cache else gen_len)   # the cached prefill made token 1

@@ -102,7 +102,7 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
                 break
             if use_cache:
                 model.extend(committed, cache, kv)
-            calls += 1
+                calls += 1
             ctx_ids, ctx_valid = torch.cat([ctx_ids, committed], 1), kv
             for r in range(n):
                 extra[r] += 1

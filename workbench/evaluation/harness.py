@@ -92,14 +92,18 @@ class EvalConfig:
 
 
 def decode_prompts(model, policy: str, prompts: list[Prompt], mode: str, bs: int, pad_id: int, **kw) -> DecodeResult:
-    """Run ``policy`` over ``prompts`` in batches of ``bs`` and concatenate the results."""
+    """Run ``policy`` over ``prompts`` in batches of ``bs`` and concatenate the results. With a sampling
+    temperature > 0, batch c decodes with ``seed + c`` (``seed`` from ``kw``, default 0), so the batches draw
+    independent samples instead of replaying one random stream."""
     fn = get_policy(policy)
     parts = []
-    for i in range(0, len(prompts), bs):
+    sampled = (kw.get("temperature") or 0) > 0
+    for c, i in enumerate(range(0, len(prompts), bs)):
         chunk = prompts[i:i + bs]
         real = [list(p.real) for p in chunk] if mode == "real" else None
+        kw_c = {**kw, "seed": kw.get("seed", 0) + c} if sampled else kw
         parts.append(fn(model, [list(p.prompt) for p in chunk], len(chunk[0].real), real_continuation=real,
-                        pad_id=pad_id, **kw))
+                        pad_id=pad_id, **kw_c))
     res = DecodeResult(tokens=[], forwards=[], extra_forwards=[], committed_per_step=[], step_tokens=[], wall_time=0.0)
     for r in parts:
         res.tokens += r.tokens

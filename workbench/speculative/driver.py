@@ -117,7 +117,7 @@ def run_speculation(model, spec: Speculator, prompts: list[list[int]], gen_len: 
     ids, valid = left_pad(prompts, pad_id, dev)
     tally = Tally(ids.shape[0])
     real_ids = torch.tensor(real_continuation, dtype=torch.long, device=dev) if real else None
-    seg = block_length if real else gen_len
+    seg = (block_length or gen_len) if real else gen_len
     t0 = time.perf_counter()
     with torch.no_grad(), autocast_for(dev, precision):
         ctx = SpecContext.prefill(model, ids, valid)
