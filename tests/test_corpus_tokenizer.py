@@ -78,3 +78,22 @@ def test_mask_token_required(tokenizer):
     with pytest.raises(TokenizerError, match="--add_mask_token true"):
         require_mask_token(tok)
     assert require_mask_token(tok, add=True) == tok.mask_token_id
+
+
+def test_encode_documents_uses_the_tokenizers_own_eos(tokenizer):
+    """A non-byte tokenizer separates documents with its own end-of-sequence id, not the byte id 258."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from workbench.corpus import CorpusError
+
+    vocab = {"[UNK]": 0, "[EOS]": 1, **{c: i + 2 for i, c in enumerate("abcdefghijklmnopqrstuvwxyz")}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="[EOS]", unk_token="[UNK]")
+    docs = [d for d in load_corpus("stdlib") if d.path in ("abc.py", "this.py")]
+    arr = encode_documents(docs, tok)
+    assert (arr == 1).sum() == len(docs) and arr[-1] == 1 and arr.max() < len(vocab)
+    tok.eos_token = None
+    with pytest.raises(CorpusError, match="end-of-sequence"):
+        encode_documents(docs, tok)

@@ -88,3 +88,49 @@ def test_shipped_legs_chain():
     meta = json.loads((root / "assets" / "tiny" / "workbench.json").read_text())
     assert [leg["config"] for leg in meta["legs"]] == [f"configs/{n}" for n in SHIPPED_LEGS]
     assert sum(leg["steps"] for leg in meta["legs"]) == meta["global_step"]
+    # each leg stops where the shipped one did (leg 1 on its time limit, with the 8,000-step schedule)
+    assert [c.stop_at_step or c.max_steps for c in cfgs] == [leg["steps"] for leg in meta["legs"]]
+    # and with the recipe the shipped leg recorded (paths, time limits and the progress bar aside)
+    from dataclasses import asdict
+
+    for c, leg in zip(cfgs, meta["legs"]):
+        ran = {k: v for k, v in leg["train_config"].items()
+               if k not in ("init_from", "out_dir", "max_time", "progress_bar")}
+        assert {k: asdict(c)[k] for k in ran} == ran, leg["config"]
+
+
+def test_interrupted_retrain_resumes(tmp_path, small_corpus, monkeypatch):
+    """`demo --retrain` trains outside the demo's staging folder (which a failure deletes): after a crash
+    the rerun resumes the leg from its checkpoint, and a finished leg is reused without training."""
+    import pytest
+    import pytorch_lightning as pl
+
+    from workbench.demo import DemoConfig, _retrain
+    from workbench.train import lm
+
+    cfg = DemoConfig(retrain=True, train_config="workbench/configs/micro.yaml", corpus=str(small_corpus),
+                     out_dir=str(tmp_path / "demo"), progress_bar=False)
+    orig = lm.TriModeLMModule.training_step
+
+    def crash_at_25(self, batch, batch_idx):
+        if self.global_step == 25:
+            raise RuntimeError("simulated crash")
+        return orig(self, batch, batch_idx)
+
+    monkeypatch.setattr(lm.TriModeLMModule, "training_step", crash_at_25)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _retrain(cfg)
+    leg = tmp_path / "demo.retrain" / "train"
+    assert (leg / "checkpoints" / "last.ckpt").exists()          # step-20 checkpoint survives the crash
+    monkeypatch.setattr(lm.TriModeLMModule, "training_step", orig)
+    starts, orig_fit = [], pl.Trainer.fit
+
+    def fit(self, *args, **kwargs):
+        starts.append(kwargs.get("ckpt_path"))
+        return orig_fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(pl.Trainer, "fit", fit)
+    model = _retrain(cfg)
+    assert starts == [str(leg / "checkpoints" / "last.ckpt")]
+    assert json.loads((tmp_path / "demo.retrain" / "train" / "model" / "workbench.json").read_text())["global_step"] == 40
+    assert _retrain(cfg) == model and len(starts) == 1               # finished leg reused, not trained again

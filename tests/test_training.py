@@ -54,13 +54,14 @@ def test_train_saves_loadable_checkpoint(tmp_path, small_corpus):
 UL = {"ul_prob": 0.5, "ul_prefix_len": 16, "ul_gen_len": 16, "ul_ngram": 4}
 
 
-@pytest.mark.parametrize("extra", [{}, UL], ids=["joint", "with_unlikelihood_steps"])
-def test_resume_equals_uninterrupted(tmp_path, small_corpus, extra):
-    """Stopping at step 10 and resuming to 20 gives the same weights and the same training log as running to
-    20 directly (also when sequence-level unlikelihood steps, which decode with the model, are mixed in)."""
+@pytest.mark.parametrize("extra,stop", [({}, 5), (UL, 10)], ids=["joint_stop_at_5", "with_unlikelihood_steps_stop_at_10"])
+def test_resume_equals_uninterrupted(tmp_path, small_corpus, extra, stop):
+    """Stopping at step ``stop`` and resuming to 20 gives the same weights and the same training log as
+    running to 20 directly (also when sequence-level unlikelihood steps, which decode with the model, are
+    mixed in). A stop before half-way used to end the resumed epoch early and replay its first windows."""
     a = train_lm(_cfg(tmp_path / "a", small_corpus, max_steps=20, stage1_steps=4, val_every=100,
-                      checkpoint_every=10, precision="32-true", **extra))
-    cfg_b = _cfg(tmp_path / "b", small_corpus, max_steps=20, stage1_steps=4, val_every=100, checkpoint_every=10,
+                      checkpoint_every=stop, precision="32-true", **extra))
+    cfg_b = _cfg(tmp_path / "b", small_corpus, max_steps=20, stage1_steps=4, val_every=100, checkpoint_every=stop,
                  precision="32-true", **extra)
     cfg_b.max_time = None
     # first leg: stop after 6 steps by training with max_steps=6 but the same schedule length
@@ -70,7 +71,7 @@ def test_resume_equals_uninterrupted(tmp_path, small_corpus, extra):
     orig = pl.Trainer.__init__
 
     def short(self, *args, **kw):
-        kw["max_steps"] = 10
+        kw["max_steps"] = stop
         orig(self, *args, **kw)
 
     pl.Trainer.__init__ = short
@@ -86,7 +87,7 @@ def test_resume_equals_uninterrupted(tmp_path, small_corpus, extra):
     import pandas as pd
 
     log_a, log_b = pd.read_csv(a / "training_log.csv"), pd.read_csv(b / "training_log.csv")
-    assert log_b["step"].tolist() == log_a["step"].tolist() == [9, 19]   # the interrupted run's row is kept
+    assert log_b["step"].tolist() == log_a["step"].tolist() == [9, 19]   # at stop 10 the interrupted run's row is kept
     pd.testing.assert_series_equal(log_b["train/loss"], log_a["train/loss"], rtol=1e-4)
     for (na, pa), (nb, pb) in zip(ma.state_dict().items(), mb.state_dict().items()):
         torch.testing.assert_close(pa, pb, atol=1e-6, rtol=1e-5, msg=na)
@@ -100,3 +101,39 @@ def test_unlikelihood_steps_are_logged(tmp_path, small_corpus):
     log = pd.read_csv(out / "training_log.csv")
     assert "train/ul_ar" in log and log["train/ul_ar"].notna().any()          # unlikelihood steps ran
     assert log["train/diff_loss"].notna().any()                                # joint steps ran
+
+
+def _hf_checkpoint_without_mask_token(path):
+    """A local Hugging Face Llama checkpoint (byte-level BPE, 257 ids, '<eos>') whose tokenizer has no mask."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from workbench.tokenizer import _bytes_to_unicode
+
+    t = Tokenizer(models.BPE(vocab={ch: b for b, ch in _bytes_to_unicode().items()}, merges=[]))
+    t.add_special_tokens([AddedToken("<eos>", special=True)])
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    t.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=t, eos_token="<eos>", pad_token="<eos>")
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=257, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256)
+                     ).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_train_from_hf_checkpoint_without_mask_token(tmp_path, small_corpus):
+    """``--init_from`` a foreign checkpoint: without ``--add_mask_token`` a one-line error that names the
+    flag (the flag did not exist for ``train lm``); with it, training runs and the saved model carries
+    [MASK]."""
+    from workbench.tokenizer import TokenizerError
+
+    hf = _hf_checkpoint_without_mask_token(tmp_path / "hf")
+    with pytest.raises(TokenizerError, match="--add_mask_token true"):
+        train_lm(_cfg(tmp_path / "no", small_corpus, init_from=hf, max_steps=2, stage1_steps=1))
+    out = train_lm(_cfg(tmp_path / "yes", small_corpus, init_from=hf, add_mask_token=True, max_steps=2,
+                        stage1_steps=1, precision="32-true"))
+    model, tok, _ = load_checkpoint(out)
+    assert tok.mask_token_id == 257 == model.mask_token_id
+    assert model.backbone.get_input_embeddings().num_embeddings == 258 == len(tok)

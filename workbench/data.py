@@ -10,11 +10,20 @@ from .corpus import CorpusError, Document, by_split, load_corpus
 from .tokenizer import EOS_ID, encode_bytes
 
 
-def encode_documents(docs: list[Document], tokenizer=None, eos_id: int = EOS_ID) -> np.ndarray:
-    """Concatenate the token ids of ``docs`` separated by ``eos_id``: ``(total_tokens,)`` int32.
+def encode_documents(docs: list[Document], tokenizer=None, eos_id: int | None = None) -> np.ndarray:
+    """Concatenate the token ids of ``docs``, each followed by ``eos_id``: ``(total_tokens,)`` int32.
 
     ``tokenizer=None`` uses the byte-level fast path (:func:`workbench.tokenizer.encode_bytes`).
+    ``eos_id=None`` → the byte tokenizer's end-of-sequence id, or ``tokenizer.eos_token_id``.
+
+    Raises:
+        CorpusError: the tokenizer has no end-of-sequence token and no ``eos_id`` was given.
     """
+    if eos_id is None:
+        eos_id = EOS_ID if tokenizer is None else tokenizer.eos_token_id
+        if eos_id is None:
+            raise CorpusError("the tokenizer has no end-of-sequence token to separate documents; "
+                              "set tokenizer.eos_token (e.g. to its '</s>' or '<|endoftext|>' token)")
     parts = []
     sep = np.array([eos_id], dtype=np.int32)
     for d in docs:
@@ -25,15 +34,20 @@ def encode_documents(docs: list[Document], tokenizer=None, eos_id: int = EOS_ID)
 
 
 class RandomWindows(Dataset):
-    """``length`` windows of ``seq_len`` tokens at pseudo-random offsets. Window ``start + i`` of the
-    stream is a pure function of ``(seed, start + i)``, so a run resumed at step ``s`` continues the
-    same data stream by starting at ``start = s * batch_size``."""
+    """Windows of ``seq_len`` tokens at pseudo-random offsets. Item ``i`` is window ``start + i`` of the
+    stream, a pure function of ``(seed, start + i)``, so a run resumed at step ``s`` continues the same
+    data stream by starting at ``start = s * batch_size``.
+
+    The length stays ``length`` (the whole run's stream) when ``start > 0``: Lightning counts the batches
+    it restored from the checkpoint against the loader's length, so a loader shortened by ``start`` ended
+    its epoch ``s`` batches early and replayed its first windows (a resume before half-way then diverged
+    from the uninterrupted run). Training stops at ``max_steps`` before the extra items are reached."""
 
     def __init__(self, tokens: np.ndarray, seq_len: int, length: int, seed: int, start: int = 0):
         if len(tokens) <= seq_len:
             raise CorpusError(f"split has {len(tokens)} tokens, fewer than one window of {seq_len}")
         self.tokens, self.seq_len, self.seed, self.start = tokens, seq_len, seed, start
-        self.length = max(0, length - start)
+        self.length = length
 
     def __len__(self) -> int:
         return self.length

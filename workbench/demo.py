@@ -47,7 +47,8 @@ class DemoConfig:
     """Checkpoint to evaluate: 'builtin:tiny' (shipped) or a local Hugging Face checkpoint directory."""
     retrain: bool = False
     """Reproduce the model from scratch first with ``train_config`` (long on a CPU; default: the legs of the
-    shipped model, :data:`SHIPPED_LEGS`)."""
+    shipped model, :data:`SHIPPED_LEGS`). The legs go to ``<out_dir>.retrain/``; after an interruption, the
+    same command resumes them."""
     train_config: str | None = None
     """YAML of a single retraining run (default: the shipped model's legs, :data:`SHIPPED_LEGS`)."""
     out_dir: str = "runs/demo"
@@ -129,21 +130,32 @@ class DemoConfig:
     """Show progress bars."""
 
 
-def _retrain(cfg: DemoConfig, run: Path) -> str:
+def _retrain(cfg: DemoConfig) -> str:
     """Train the model to evaluate: ``cfg.train_config``, or by default the shipped model's legs
-    (:data:`SHIPPED_LEGS`, each starting from the previous leg's output)."""
+    (:data:`SHIPPED_LEGS`, each starting from the previous leg's output). Returns the last model directory.
+
+    The legs write to ``<out_dir>.retrain/`` (``train``, ``train_leg2``, ...), outside the demo's staging
+    folder, which any failure deletes: an interrupted retrain (hours on a CPU) is resumed by running the same
+    command again. A leg whose model already reached its last step is reused, and the interrupted leg
+    continues from its last checkpoint (``workbench train lm`` resumes bit-exactly)."""
     from .cli import parse_dataclass
     from .train.lm import LMTrainConfig, train_lm
 
     configs = Path(__file__).parent / "configs"
     legs = [cfg.train_config] if cfg.train_config else [str(configs / name) for name in SHIPPED_LEGS]
+    root = Path(str(cfg.out_dir) + ".retrain")
     model = None
     for i, yaml_path in enumerate(legs):
-        argv = ["--config", yaml_path, "--out_dir", str(run / ("train" if i == 0 else f"train_leg{i + 1}")),
+        argv = ["--config", yaml_path, "--out_dir", str(root / ("train" if i == 0 else f"train_leg{i + 1}")),
                 "--corpus", cfg.corpus, "--progress_bar", str(cfg.progress_bar).lower()]
         if model is not None:
             argv += ["--init_from", model]
-        model = str(train_lm(parse_dataclass("train", LMTrainConfig, argv)))
+        leg = parse_dataclass("train", LMTrainConfig, argv)
+        done = Path(leg.out_dir) / "model" / "workbench.json"
+        if done.exists() and json.loads(done.read_text()).get("global_step", -1) >= (leg.stop_at_step or leg.max_steps):
+            model = str(done.parent)
+            continue
+        model = str(train_lm(leg))
     return model
 
 
@@ -159,7 +171,7 @@ def run_demo(cfg: DemoConfig) -> Path:
     ecfg.validate()
     # build everything in a staging folder and move it into place at the end: no half-written run dir
     with staged_dir(cfg.out_dir, relocate=True) as run:
-        model_spec = _retrain(cfg, run) if cfg.retrain else cfg.model
+        model_spec = _retrain(cfg) if cfg.retrain else cfg.model
         device = resolve_device(cfg.device)
         model, tok, meta = load_model(model_spec, device, cfg.add_mask_token)
         context_warning = check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)

@@ -71,11 +71,11 @@ def split_rows(rows: TeacherRows, val_percent: int) -> tuple[TeacherRows, Teache
 
 
 class RandomRows(Dataset):
-    """``length − start`` rows of ``rows`` drawn pseudo-randomly; item ``i`` is row ``rng(seed, start + i)``."""
+    """``length`` rows of ``rows`` drawn pseudo-randomly; item ``i`` is row ``rng(seed, start + i)``."""
 
     def __init__(self, rows: TeacherRows, length: int, seed: int, start: int = 0):
         self.rows, self.seed, self.start = rows, seed, start
-        self.length = max(0, length - start)
+        self.length = length      # not length - start: see workbench.data.RandomWindows
 
     def __len__(self) -> int:
         return self.length

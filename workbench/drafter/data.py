@@ -50,7 +50,7 @@ class RowWindows(Dataset):
 
     def __init__(self, rows: torch.Tensor, length: int, seed: int, start: int = 0):
         self.rows, self.seed, self.start = rows, seed, start
-        self.length = max(0, length - start)
+        self.length = length      # not length - start: see workbench.data.RandomWindows
 
     def __len__(self) -> int:
         return self.length

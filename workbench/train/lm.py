@@ -38,6 +38,8 @@ class LMTrainConfig:
     """Model preset (micro, tiny, small) used when ``init_from`` is not given."""
     init_from: str | None = None
     """Start from this local Hugging Face checkpoint directory instead of a fresh preset."""
+    add_mask_token: bool = False
+    """With ``init_from``: add ``[MASK]`` to a tokenizer that has none (the embeddings are resized)."""
     corpus: str = "stdlib"
     """Corpus: 'stdlib', a directory of source files, or a .txt / .jsonl file."""
     out_dir: str = "runs/train_lm"
@@ -53,7 +55,10 @@ class LMTrainConfig:
     stage1_steps: int = 4000
     """Stage 1 (α = 0, AR only) lasts this many optimiser steps; stage 2 (α = ``alpha``) follows."""
     max_steps: int = 8000
-    """Total optimiser steps."""
+    """Total optimiser steps (the length of the learning-rate schedule and of the data stream)."""
+    stop_at_step: int | None = None
+    """End the run at this step although the schedule spans ``max_steps`` (reproduces a leg that its
+    ``max_time`` limit stopped early; None: run to ``max_steps``)."""
     averaging: str = "global"
     """Loss averaging: 'global' (NLD Eq. 5) or 'sequence' (Eq. 4)."""
     t_min: float = 1e-3
@@ -111,6 +116,8 @@ class LMTrainConfig:
         for b in [*self.block_lengths, self.val_block_length]:
             if b <= 0 or self.seq_len % b:
                 raise ValueError(f"block length {b} must be positive and divide seq_len {self.seq_len}")
+        if self.stop_at_step is not None and not 0 < self.stop_at_step <= self.max_steps:
+            raise ValueError(f"stop_at_step ({self.stop_at_step}) must lie in (0, max_steps={self.max_steps}]")
         if not 0 <= self.stage1_steps <= self.max_steps:
             raise ValueError(f"stage1_steps ({self.stage1_steps}) must lie in [0, max_steps={self.max_steps}]")
         if self.ul_weight < 0:
@@ -243,7 +250,7 @@ def build_model(cfg: LMTrainConfig):
     a continuation leg is switched back to train mode here.
     """
     if cfg.init_from:
-        model, tok, _ = load_checkpoint(cfg.init_from, add_mask_token=False)
+        model, tok, _ = load_checkpoint(cfg.init_from, add_mask_token=cfg.add_mask_token)
         return model.train(), tok
     from transformers import LlamaForCausalLM
 
@@ -271,7 +278,7 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     ckpt_dir = out / "checkpoints"
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=cfg.checkpoint_every,
                            save_top_k=0, save_on_train_epoch_end=False)
-    trainer = pl.Trainer(max_steps=cfg.max_steps, accelerator=cfg.accelerator, devices=1,
+    trainer = pl.Trainer(max_steps=cfg.stop_at_step or cfg.max_steps, accelerator=cfg.accelerator, devices=1,
                          precision=cfg.precision, gradient_clip_val=cfg.grad_clip,
                          val_check_interval=cfg.val_every, check_val_every_n_epoch=None,
                          logger=[CSVLogger(out, name="logs", version=0), TensorBoardLogger(out, name="tb", version=0)],
