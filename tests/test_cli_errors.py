@@ -20,7 +20,8 @@ def _assert_one_line_error(proc, *needles):
 @pytest.fixture
 def demo_args(tmp_path, small_corpus):
     return ["--corpus", str(small_corpus), "--n_prompts", "2", "--gen_len", "16", "--prompt_len", "32",
-            "--block_lengths", "[4]", "--thresholds", "[0.9]", "--heldout_windows", "2", "--progress_bar", "false"]
+            "--block_lengths", "[4]", "--thresholds", "[0.9]", "--heldout_windows", "2", "--progress_bar", "false",
+            "--collect_block_lengths", "[4]", "--sampler_block_length", "4"]
 
 
 def test_missing_model_path(tmp_path, demo_args):
@@ -199,3 +200,73 @@ def test_staged_dir_never_replaces_a_foreign_directory(tmp_path):
     assert (tmp_path / "empty" / "a.json").exists()
     p = run_cli("speculate", "--out_dir", str(tmp_path / "src"))       # the CLI: one line, rc 2
     _assert_one_line_error(p, "not written by a workbench command")
+
+
+# ------------------------------------------------ found by a CLI fuzz pass (session 12), run in-process
+def _in_process_error(capsys, *argv) -> str:
+    """Run the CLI in this process; assert exit status 2 and one error line; return that line."""
+    from workbench.cli import main
+
+    assert main([str(a) for a in argv]) == 2
+    lines = [l for l in capsys.readouterr().err.strip().splitlines() if l.strip()]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--device", "foo"], "unknown device"),
+    (["--policy", "ar_sample", "--temperature", "-1"], "temperature > 0"),
+    (["--policy", "sampler"], "cannot run the sampler policy"),
+    (["--policy", "deer"], "cannot run the deer policy"),
+    (["--prompt", "@/nonexistent/prompt.py"], "does not exist or is not a file"),
+], ids=["device", "negative_temperature", "sampler_policy", "deer_policy", "prompt_file"])
+def test_decode_bad_options(capsys, micro_checkpoint, args, needle):
+    line = _in_process_error(capsys, "decode", "--model", micro_checkpoint, "--gen_len", "8", "--block_length", "4",
+                             *args)
+    assert needle in line
+
+
+def test_checkpoint_whose_config_does_not_match_its_weights(tmp_path, capsys, micro_checkpoint):
+    """A config.json of another architecture used to load a randomly initialised model and decode (exit 0)."""
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(micro_checkpoint, bad)
+    (bad / "config.json").write_text(json.dumps({"model_type": "bert", "is_decoder": True}))
+    assert "are not in the checkpoint" in _in_process_error(capsys, "decode", "--model", bad, "--gen_len", "8",
+                                                             "--block_length", "4")
+    shutil.rmtree(bad)
+    shutil.copytree(micro_checkpoint, bad)
+    (bad / "workbench.json").write_text("{oops")
+    assert "workbench.json is not valid JSON" in _in_process_error(capsys, "decode", "--model", bad, "--gen_len",
+                                                                    "8", "--block_length", "4")
+
+
+def test_sweep_never_appends_to_a_user_file(tmp_path, capsys, micro_checkpoint, small_corpus):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    line = _in_process_error(capsys, "sweep", "--model", micro_checkpoint, "--corpus", small_corpus, "--storage", notes,
+                             "--out_dir", tmp_path / "sw", "--n_trials", "1", "--n_prompts", "2", "--gen_len", "8",
+                             "--prompt_len", "16", "--block_lengths", "[4]")
+    assert "not an Optuna journal" in line and notes.read_text() == "my notes\n"
+    assert "unknown context mode" in _in_process_error(capsys, "sweep", "--mode", "bogus", "--out_dir", tmp_path / "s2")
+
+
+def test_deer_teacher_never_writes_into_a_user_directory(tmp_path, capsys, micro_checkpoint, small_corpus):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.py").write_text("x = 1\n")
+    line = _in_process_error(capsys, "deer", "teacher", "--target", micro_checkpoint, "--corpus", small_corpus,
+                             "--out_dir", src, "--n_answers", "4", "--prompt_len", "16", "--gen_len", "8")
+    assert "holds no teacher data" in line and [p.name for p in src.iterdir()] == ["a.py"]
+
+
+def test_evaluate_sol_and_demo_option_checks(tmp_path, capsys, micro_checkpoint, small_corpus):
+    assert "--modes is empty" in _in_process_error(capsys, "evaluate", "--model", micro_checkpoint, "--modes", "[]",
+                                                   "--out_dir", tmp_path / "ev")
+    assert "threshold must be in (0, 1]" in _in_process_error(capsys, "sol", "--model", micro_checkpoint,
+                                                              "--threshold", "1.5", "--out_dir", tmp_path / "sol")
+    line = _in_process_error(capsys, "demo", "--model", micro_checkpoint, "--sampler_block_length", "16",
+                             "--out_dir", tmp_path / "demo")
+    assert "--sampler_block_length 16 is not among --collect_block_lengths" in line
+    assert not any((tmp_path / d).exists() for d in ("ev", "sol", "demo"))

@@ -159,6 +159,25 @@ def _retrain(cfg: DemoConfig) -> str:
     return model
 
 
+def _check_stage_options(cfg: DemoConfig) -> None:
+    """The later stages' lengths, checked before any work. Raises ``ValueError`` naming the option."""
+    for name in ("collect_block_lengths", "sol_block_lengths"):
+        for b in getattr(cfg, name):
+            if b <= 0:
+                raise ValueError(f"--{name} holds {b}; block lengths must be positive")
+    for b in cfg.sol_block_lengths:
+        if cfg.sol_gen_len % b:
+            raise ValueError(f"--sol_block_lengths: {b} does not divide --sol_gen_len {cfg.sol_gen_len}")
+    if cfg.sampler and (cfg.sampler_block_length <= 0 or cfg.gen_len % cfg.sampler_block_length):
+        raise ValueError(f"--sampler_block_length {cfg.sampler_block_length} must be positive and divide --gen_len "
+                         f"{cfg.gen_len} (or pass --sampler false)")
+    if cfg.sampler and cfg.collect and cfg.sampler_block_length not in cfg.collect_block_lengths:
+        raise ValueError(f"--sampler_block_length {cfg.sampler_block_length} is not among --collect_block_lengths "
+                         f"{list(cfg.collect_block_lengths)}, so no store would train the sampler; add it there")
+    if cfg.threads is not None and cfg.threads < 0:
+        raise ValueError(f"--threads must be ≥ 0 (0 or unset: torch's default), got {cfg.threads}")
+
+
 def run_demo(cfg: DemoConfig) -> Path:
     """Run the demo; returns the run directory. Raises the workbench's one-line user errors on bad input."""
     t_start = time.time()
@@ -169,6 +188,7 @@ def run_demo(cfg: DemoConfig) -> Path:
                       modes=cfg.modes, sample_temperatures=cfg.sample_temperatures, batch_size=cfg.batch_size,
                       precision=cfg.precision, device=cfg.device, out_dir=cfg.out_dir, progress_bar=cfg.progress_bar)
     ecfg.validate()
+    _check_stage_options(cfg)
     # build everything in a staging folder and move it into place at the end: no half-written run dir
     with staged_dir(cfg.out_dir, relocate=True) as run:
         model_spec = _retrain(cfg) if cfg.retrain else cfg.model

@@ -86,6 +86,7 @@ def require_mask_token(tok: PreTrainedTokenizerBase, add: bool = False) -> int:
         return int(tok.mask_token_id)
     if not add:
         raise TokenizerError("the tokenizer has no mask token; rerun with --add_mask_token true to add [MASK] "
-                             "(the model's embeddings are resized)")
+                             "(the model's embeddings are resized; decode, evaluate, speculate, demo and train lm "
+                             "have it), or train lm --add_mask_token true once and use the saved model")
     tok.add_special_tokens({"mask_token": MASK_TOKEN})
     return int(tok.mask_token_id)

@@ -17,6 +17,8 @@ def _ar_greedy(model, prompts, gen_len, **kw) -> DecodeResult:
 
 def _ar_sample(model, prompts, gen_len, temperature: float = 1.0, **kw) -> DecodeResult:
     kw.pop("threshold", None)
+    if not temperature > 0:
+        raise DecodeError(f"ar_sample needs a temperature > 0, got {temperature} (use ar_greedy for greedy decoding)")
     return ar_decode(model, prompts, gen_len, temperature=temperature, **kw)
 
 

@@ -31,6 +31,24 @@ class DecodeConfig:
     """Add a [MASK] token (and resize the embeddings) when the checkpoint's tokenizer has none."""
 
 
+#: Policies that need a trained component ``decode`` does not load, and where to run them instead.
+NEEDS_MORE = {"sampler": "it needs a trained sampler; use workbench sweep --policy sampler --sampler <dir>",
+              "deer": "it needs a DEER drafter; use workbench deer eval --drafter <dir>"}
+
+
+def _read_prompt(prompt: str) -> str:
+    """The prompt text: ``prompt`` itself, or the UTF-8 text of the file ``@path``. Raises ValueError."""
+    if not prompt.startswith("@"):
+        return prompt
+    path = Path(prompt[1:])
+    if not path.is_file():
+        raise ValueError(f"prompt file {path} does not exist or is not a file; pass --prompt @<text file>")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"prompt file {path} is not UTF-8 text") from None
+
+
 def main(argv: list[str]) -> int:
     from ..cli import parse_dataclass
     from ..evaluation.harness import load_model, resolve_device
@@ -38,7 +56,9 @@ def main(argv: list[str]) -> int:
 
     cfg = parse_dataclass("workbench decode", DecodeConfig, argv)
     fn = get_policy(cfg.policy)
-    text = Path(cfg.prompt[1:]).read_text() if cfg.prompt.startswith("@") else cfg.prompt
+    if cfg.policy in NEEDS_MORE:
+        raise ValueError(f"workbench decode cannot run the {cfg.policy} policy: {NEEDS_MORE[cfg.policy]}")
+    text = _read_prompt(cfg.prompt)
     model, tok, _ = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
     ids = tok(text, add_special_tokens=False)["input_ids"]
     kw = dict(block_length=cfg.block_length, precision=cfg.precision, pad_id=tok.pad_token_id or 0)

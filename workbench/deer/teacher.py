@@ -31,7 +31,7 @@ from ..corpus import by_split, load_corpus
 from ..decoding.ar import ar_decode
 from ..evaluation.prompts import Prompt, make_prompts
 from ..tokenizer import is_byte_tokenizer
-from ..utils import prepare_run_dir
+from ..utils import RunDirError, prepare_run_dir
 
 SIDECAR = "teacher.json"
 META_KEY = b"deer_teacher"
@@ -154,6 +154,9 @@ def generate_teacher(cfg: TeacherConfig, model=None, tokenizer=None,
     :class:`~workbench.corpus.CorpusError` when the split has too few long files.
     """
     cfg.validate()
+    existing = Path(cfg.out_dir)
+    if existing.is_dir() and any(existing.iterdir()) and not (existing / SIDECAR).exists():
+        raise RunDirError(f"{existing} is not empty and holds no teacher data ({SIDECAR}); choose another --out_dir")
     out = prepare_run_dir(cfg.out_dir)
     settings = cfg.settings()
     _check_resume(out, settings)

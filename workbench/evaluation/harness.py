@@ -74,6 +74,8 @@ class EvalConfig:
 
     def validate(self) -> None:
         """Raise a one-line ``ValueError`` / ``DecodeError`` for an inconsistent sweep."""
+        if not self.modes:
+            raise ValueError(f"--modes is empty; give one or both of {', '.join(MODES)}")
         for m in self.modes:
             if m not in MODES:
                 raise ValueError(f"unknown context mode {m!r}; valid: {', '.join(MODES)}")
@@ -251,7 +253,13 @@ def resolve_device(name: str):
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"unknown device {name!r}; use 'auto', 'cpu' or 'cuda' (or 'cuda:N')") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} asked for, but this torch has no CUDA device; use --device cpu or auto")
+    return dev
 
 
 def load_model(spec: str, device, add_mask_token: bool = False):

@@ -38,7 +38,13 @@ def save_checkpoint(model: TriModeLM, tokenizer: PreTrainedTokenizerBase, out_di
 def read_workbench_json(path: str | Path) -> dict:
     """The checkpoint's ``workbench.json`` as a dict (empty for a plain HF checkpoint)."""
     f = Path(path) / WORKBENCH_JSON
-    return json.loads(f.read_text()) if f.is_file() else {}
+    if not f.is_file():
+        return {}
+    try:
+        return json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{f} is not valid JSON ({e}); restore it from the run, or delete it to load "
+                              "the checkpoint as a plain Hugging Face model") from None
 
 
 def trained_context(meta: dict) -> int | None:
@@ -78,9 +84,13 @@ def load_checkpoint(path: str | Path, add_mask_token: bool = False, device: str 
     added = tok.mask_token_id is None
     mask_id = require_mask_token(tok, add=add_mask_token)
     try:
-        backbone = AutoModelForCausalLM.from_pretrained(p, dtype=dtype)
+        backbone, info = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, output_loading_info=True)
     except Exception as e:  # noqa: BLE001
         raise CheckpointError(f"could not load a causal LM from {p}: {type(e).__name__}: {e}") from None
+    if info.get("missing_keys"):
+        missing = sorted(info["missing_keys"])
+        raise CheckpointError(f"{p}: the weights of {len(missing)} parameters (e.g. {missing[0]}) are not in the "
+                              "checkpoint, so they would be random; its config.json does not match its weights")
     if added or mask_id >= backbone.get_input_embeddings().num_embeddings:
         backbone.resize_token_embeddings(len(tok))
     backbone.to(device).eval()

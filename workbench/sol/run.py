@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..decoding.base import DecodeError
+from ..decoding.base import DecodeError, check_threshold
 from ..utils import check_out_dir, staged_dir
 from .runner import run_sol
 
@@ -77,6 +77,7 @@ class SolConfig:
         for b in self.block_lengths:
             if b <= 0 or self.gen_len % b:
                 raise DecodeError(f"block length {b} must be positive and divide gen_len {self.gen_len}")
+        check_threshold(self.threshold)
         if self.depth < 1 or self.budget < 0 or self.max_rows < 1:
             raise ValueError("need depth ≥ 1, budget ≥ 0 and max_rows ≥ 1")
         if self.adapter:

@@ -19,8 +19,29 @@ def make_storage(storage: str | None, out_dir: Path):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
+    _check_journal(Path(storage))
     Path(storage).parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(storage)))
+
+
+def _check_journal(path: Path) -> None:
+    """A journal path must be absent, empty, or an Optuna journal (JSON lines with an ``op_code``): Optuna
+    would append to any other file. Raises ``ValueError``."""
+    import json
+
+    if path.is_dir():
+        raise ValueError(f"--storage {path} is a directory; give a journal file path or an RDB URL")
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with path.open("rb") as f:
+        first = f.readline()
+    try:
+        ok = "op_code" in json.loads(first)
+    except (ValueError, TypeError):
+        ok = False
+    if not ok:
+        raise ValueError(f"--storage {path} exists and is not an Optuna journal, so it is left untouched; give a "
+                         "new file path, an existing journal, or an RDB URL such as sqlite:///study.db")
 
 
 def make_sampler(name: str, seed: int | None):
