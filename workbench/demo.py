@@ -139,6 +139,7 @@ def _retrain(cfg: DemoConfig) -> str:
     command again. A leg whose model already reached its last step is reused, and the interrupted leg
     continues from its last checkpoint (``workbench train lm`` resumes bit-exactly)."""
     from .cli import parse_dataclass
+    from .model.io import read_workbench_json
     from .train.lm import LMTrainConfig, train_lm
 
     configs = Path(__file__).parent / "configs"
@@ -151,23 +152,25 @@ def _retrain(cfg: DemoConfig) -> str:
         if model is not None:
             argv += ["--init_from", model]
         leg = parse_dataclass("train", LMTrainConfig, argv)
-        done = Path(leg.out_dir) / "model" / "workbench.json"
-        if done.exists() and json.loads(done.read_text()).get("global_step", -1) >= (leg.stop_at_step or leg.max_steps):
-            model = str(done.parent)
+        done = Path(leg.out_dir) / "model"
+        if read_workbench_json(done).get("global_step", -1) >= (leg.stop_at_step or leg.max_steps):
+            model = str(done)
             continue
         model = str(train_lm(leg))
     return model
 
 
 def _check_stage_options(cfg: DemoConfig) -> None:
-    """The later stages' lengths, checked before any work. Raises ``ValueError`` naming the option."""
-    for name in ("collect_block_lengths", "sol_block_lengths"):
-        for b in getattr(cfg, name):
-            if b <= 0:
-                raise ValueError(f"--{name} holds {b}; block lengths must be positive")
-    for b in cfg.sol_block_lengths:
-        if cfg.sol_gen_len % b:
-            raise ValueError(f"--sol_block_lengths: {b} does not divide --sol_gen_len {cfg.sol_gen_len}")
+    """The later stages' options, checked before any work: the collection and SOL configs the stages will run
+    (their own ``validate``) and the sampler's block length. Raises ``ValueError`` naming the stage."""
+    stages = [("collection (--collect_*)", cfg.collect, lambda: _collect_config(cfg, cfg.model, "unused")),
+              ("SOL (--sol_*)", cfg.sol, lambda: _sol_config(cfg, "unused"))]
+    for name, enabled, make in stages:
+        if enabled:
+            try:
+                make().validate()
+            except ValueError as e:
+                raise ValueError(f"demo stage {name}: {e}") from None
     if cfg.sampler and (cfg.sampler_block_length <= 0 or cfg.gen_len % cfg.sampler_block_length):
         raise ValueError(f"--sampler_block_length {cfg.sampler_block_length} must be positive and divide --gen_len "
                          f"{cfg.gen_len} (or pass --sampler false)")
@@ -248,7 +251,7 @@ def run_demo(cfg: DemoConfig) -> Path:
         collection = timed("collection", _collect, cfg, model_spec, run) if cfg.collect else None
         sampler_stage = timed("sampler", _sampler_stage, cfg, model_spec, model, tok, prompts, ecfg, run,
                               decode_cache) \
-            if cfg.collect and cfg.sampler and cfg.sampler_block_length in cfg.collect_block_lengths else None
+            if cfg.collect and cfg.sampler else None     # its block length is collected: _check_stage_options
         lora = timed("lora", _lora_stage, cfg, model_spec, run) if cfg.lora else None
         adapter = lora["adapter"] if lora else None
         sol_stage = timed("sol", _sol_stage, cfg, model, tok, run, adapter) if cfg.sol else None
@@ -272,16 +275,22 @@ def run_demo(cfg: DemoConfig) -> Path:
 
 def _collect(cfg: DemoConfig, model_spec: str, run: Path) -> dict:
     """Collect the demo's trajectory store (NLD App. A) and return its numbers for the report."""
-    from .trajectories.collect import CollectConfig, run_collect
+    from .trajectories.collect import run_collect
     from .trajectories.store import store_info
 
     out = cfg.store or str(run / "trajectories.zarr")
-    ccfg = CollectConfig(model=str(model_spec), out=out, policy=cfg.collect_policy,
+    r = run_collect(_collect_config(cfg, model_spec, out))
+    return {"store": out, "policy": cfg.collect_policy, "run": r, "info": store_info(out)}
+
+
+def _collect_config(cfg: DemoConfig, model_spec, out: str):
+    """The collection stage's :class:`~workbench.trajectories.collect.CollectConfig`, writing ``out``."""
+    from .trajectories.collect import CollectConfig
+
+    return CollectConfig(model=str(model_spec), out=out, policy=cfg.collect_policy,
                          block_lengths=list(cfg.collect_block_lengths), corpus=cfg.corpus, split="train",
                          n_prompts=cfg.collect_prompts, precision=cfg.precision, progress_bar=cfg.progress_bar,
                          accelerator="cpu" if cfg.device == "cpu" else "auto")
-    r = run_collect(ccfg)
-    return {"store": out, "policy": cfg.collect_policy, "run": r, "info": store_info(out)}
 
 
 def _sampler_stage(cfg: DemoConfig, model_spec, model, tok, prompts, ecfg, run: Path, decode_cache: dict) -> dict:
@@ -313,16 +322,22 @@ def _deer_stage(cfg: DemoConfig, model_spec, run: Path, adapter: str | None) -> 
 
 
 def _sol_stage(cfg: DemoConfig, model, tok, run: Path, adapter: str | None = None) -> dict:
-    from .sol.run import SolConfig, run_sol_eval
+    from .sol.run import run_sol_eval
 
-    scfg = SolConfig(model=cfg.model, corpus=cfg.corpus, n_prompts=cfg.sol_prompts, prompt_len=cfg.prompt_len,
-                     gen_len=cfg.sol_gen_len, block_lengths=list(cfg.sol_block_lengths), out_dir=str(run / "sol"),
-                     precision=cfg.precision, progress_bar=cfg.progress_bar, adapter=adapter)
-    r = run_sol_eval(scfg, model, tok)
+    r = run_sol_eval(_sol_config(cfg, str(run / "sol"), adapter), model, tok)
     b_max = max(cfg.sol_block_lengths)
     cat = r["summary"][r["summary"]["block_length"] == b_max]
     return {"overall": r["overall"].to_dict(orient="records"), "by_category": cat.to_dict(orient="records"),
             "wall_s": r["wall_s"], "block_length_max": b_max, "n_prompts": cfg.sol_prompts, "gen_len": cfg.sol_gen_len}
+
+
+def _sol_config(cfg: DemoConfig, out_dir: str, adapter: str | None = None):
+    """The SOL stage's :class:`~workbench.sol.run.SolConfig`, writing ``out_dir``."""
+    from .sol.run import SolConfig
+
+    return SolConfig(model=cfg.model, corpus=cfg.corpus, n_prompts=cfg.sol_prompts, prompt_len=cfg.prompt_len,
+                     gen_len=cfg.sol_gen_len, block_lengths=list(cfg.sol_block_lengths), out_dir=out_dir,
+                     precision=cfg.precision, progress_bar=cfg.progress_bar, adapter=adapter)
 
 
 def _sol_section(st: dict) -> list[str]:

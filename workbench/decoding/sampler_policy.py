@@ -9,6 +9,7 @@ function and float16 quantisation used on store rows at training time.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +30,7 @@ class LoadedSampler:
     token_pca: np.ndarray
     feature_dim: int
     meta: dict
-    _matched_models: set = field(default_factory=set, repr=False)
+    _matched_models: weakref.WeakSet = field(default_factory=weakref.WeakSet, repr=False)
 
     @classmethod
     def load(cls, path: str | Path, device="cpu") -> "LoadedSampler":
@@ -58,14 +59,14 @@ class LoadedSampler:
             raise DecodeError(f"the sampler was trained at block length {trained_b}, not {block_length}: decode at "
                               f"B = {trained_b} or train a sampler on a store's B = {block_length} group")
         expected = self.meta.get("model_fingerprint")
-        if expected and id(model) not in self._matched_models:
+        if expected and model not in self._matched_models:
             from ..model.fingerprint import model_fingerprint
 
             got = model_fingerprint(model)
             if got != expected:
                 raise DecodeError(f"the sampler was trained on trajectories of model {expected}, but this model's "
                                   f"fingerprint is {got}: train a sampler on a store collected from this model")
-            self._matched_models.add(id(model))
+            self._matched_models.add(model)
 
 
 class SamplerRule:

@@ -62,8 +62,6 @@ def open_study(name: str, storage: str | None, out_dir: Path, sampler: str = "tp
     draws from that seed) and add duplicate points to the front. ``seed = None`` draws from the OS. Workers
     started together on one storage should each get their own seed (or ``None``): they see the same ``n``.
     ``kwargs`` go to :func:`optuna.create_study` (``directions``, ``direction``, ``pruner``)."""
-    study = optuna.create_study(study_name=name, storage=make_storage(storage, out_dir), load_if_exists=True,
-                                sampler=make_sampler(sampler, seed), **kwargs)
-    if seed is not None and study.trials:
-        study.sampler = make_sampler(sampler, seed + len(study.trials))
+    study = optuna.create_study(study_name=name, storage=make_storage(storage, out_dir), load_if_exists=True, **kwargs)
+    study.sampler = make_sampler(sampler, None if seed is None else seed + len(study.trials))
     return study

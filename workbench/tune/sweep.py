@@ -69,8 +69,10 @@ class SweepConfig:
     def validate(self) -> None:
         if self.policy not in SWEEP_POLICIES:
             raise ValueError(f"unknown sweep policy {self.policy!r}; valid: {', '.join(SWEEP_POLICIES)}")
-        if self.mode not in ("real", "free"):
-            raise ValueError(f"unknown context mode {self.mode!r}; valid: real, free")
+        from ..evaluation.harness import MODES
+
+        if self.mode not in MODES:
+            raise ValueError(f"unknown context mode {self.mode!r}; valid: {', '.join(MODES)}")
         if self.accuracy not in ACCURACY_METRICS:
             raise ValueError(f"unknown accuracy objective {self.accuracy!r}; valid: {', '.join(ACCURACY_METRICS)}")
         if not 0 <= self.threshold_low < self.threshold_high:
