@@ -14,7 +14,7 @@ import torch
 
 from workbench.corpus import by_split, load_corpus
 from workbench.decoding.diffusion import diffusion_decode
-from workbench.evaluation.harness import load_model
+from workbench.model.load import load_model
 from workbench.evaluation.prompts import make_prompts
 from workbench.trajectories.collect import CollectConfig, _rule, build_specs, run_collect
 

@@ -12,7 +12,7 @@ import torch
 
 from workbench.corpus import by_split, load_corpus
 from workbench.decoding import get_policy
-from workbench.evaluation.harness import load_model, resolve_device
+from workbench.model.load import load_model, resolve_device
 from workbench.evaluation.prompts import make_prompts
 
 

@@ -17,7 +17,7 @@ from workbench.corpus import by_split, load_corpus
 from workbench.decoding import ar_decode
 from workbench.deer import deer_decode
 from workbench.deer.models import check_shared_tokenizer, load_target
-from workbench.evaluation.harness import resolve_device
+from workbench.model.load import resolve_device
 from workbench.evaluation.prompts import make_prompts
 from workbench.model.io import load_checkpoint
 

@@ -14,7 +14,7 @@ import time
 import torch
 
 from workbench.corpus import by_split, load_corpus
-from workbench.evaluation.harness import load_model
+from workbench.model.load import load_model
 from workbench.evaluation.prompts import make_prompts
 from workbench.sol.bank import PrefixBank
 from workbench.sol.runner import run_sol

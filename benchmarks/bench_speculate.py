@@ -16,7 +16,7 @@ import torch
 
 from workbench.corpus import by_split, load_corpus
 from workbench.decoding import DecodeResult, get_policy
-from workbench.evaluation.harness import load_model, resolve_device
+from workbench.model.load import load_model, resolve_device
 from workbench.evaluation.metrics import agreement
 from workbench.evaluation.prompts import make_prompts
 from workbench.speculative.metrics import pooled_metrics

@@ -10,7 +10,8 @@ from workbench.assets import builtin_model_path
 from workbench.corpus import by_split, load_corpus
 from workbench.data import encode_documents
 from workbench.decoding import get_policy
-from workbench.evaluation.harness import load_model, warn_untrained_positions
+from workbench.evaluation.harness import warn_untrained_positions
+from workbench.model.load import load_model
 from workbench.evaluation.heldout import heldout_losses
 from workbench.model.io import trained_context
 

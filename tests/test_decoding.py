@@ -119,3 +119,35 @@ def test_real_context_ar_without_block_length_is_one_segment(micro_model):
     a = get_policy("ar_greedy")(micro_model, PROMPTS, 16, real_continuation=real)
     b = get_policy("ar_greedy")(micro_model, PROMPTS, 16, real_continuation=real, block_length=16)
     assert a.tokens == b.tokens and a.forwards == b.forwards
+
+
+def test_ar_greedy_stops_at_eos_like_generate(ar_checkpoint):
+    """ar_greedy equals transformers' generate(do_sample=False) token for token, up to and including EOS."""
+    from workbench.model.load import load_model
+
+    model, tok, _ = load_model(str(ar_checkpoint))
+    prompt = tok("def f(x):\n    return", add_special_tokens=False)["input_ids"]
+    free = get_policy("ar_greedy")(model, [prompt], 24).tokens[0]
+    eos = free[6]                      # a token greedy decoding does emit, used as the end-of-sequence id
+    got = get_policy("ar_greedy")(model, [prompt], 24, eos_id=eos)
+    ref = model.backbone.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False, eos_token_id=eos,
+                                  pad_token_id=eos)[0, len(prompt):].tolist()
+    assert got.tokens[0] == ref == free[:free.index(eos) + 1]
+    assert got.forwards[0] == len(got.tokens[0])
+
+
+def test_stop_at_eos_recounts_forwards():
+    from workbench.decoding.base import DecodeResult, stop_at_eos
+
+    # speculative: cycles emit 3, 2, 4 tokens; EOS (9) is token 5 -> two cycles kept, each with its verify forward
+    spec = DecodeResult(tokens=[[1, 2, 3, 4, 9, 5, 6, 7, 8]], forwards=[3], extra_forwards=[3],
+                        committed_per_step=[[3, 2, 4]], step_tokens=[[[1, 2, 3], [4, 9], [5, 6, 7, 8]]])
+    r = stop_at_eos(spec, 9)
+    assert r.tokens == [[1, 2, 3, 4, 9]] and r.forwards == [2] and r.extra_forwards == [2]
+    # block diffusion, B = 4: EOS at position 2 of block 0 -> block 0's three forwards and its KV commit
+    blk = DecodeResult(tokens=[[1, 2, 9, 3, 4, 5, 6, 7]], forwards=[5], extra_forwards=[2],
+                       committed_per_step=[[1, 2, 1, 3, 1]], step_tokens=[[[1], [2, 9], [3], [4, 5, 6], [7]]])
+    r = stop_at_eos(blk, 9, block_length=4)
+    assert r.tokens == [[1, 2, 9]] and r.forwards == [3] and r.extra_forwards == [1]
+    # no EOS: unchanged
+    assert stop_at_eos(blk, 99, 4).tokens == blk.tokens

@@ -73,7 +73,7 @@ def test_shipped_legs_chain():
     the first starts from the previous leg's model (the shipped workbench.json records the same legs)."""
     from pathlib import Path
 
-    from workbench.cli import parse_dataclass
+    from workbench.cli_args import parse_dataclass
     from workbench.demo import SHIPPED_LEGS
     from workbench.train.lm import LMTrainConfig
 

@@ -7,7 +7,7 @@ import torch
 from peft import PeftModel
 
 from workbench.cli import main as cli_main
-from workbench.cli import parse_dataclass
+from workbench.cli_args import parse_dataclass
 from workbench.drafter.draft import draft_and_verify, left_pad_prefixes, pick_draft
 from workbench.drafter.lora import add_lora, load_adapter, save_adapter
 from workbench.drafter.losses import active_mask, get_loss

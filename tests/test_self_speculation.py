@@ -97,7 +97,7 @@ def test_linear_oracle_drafts_exact_acceptance(micro_model):
 
 @pytest.fixture(scope="module")
 def tiny():
-    from workbench.evaluation.harness import load_model
+    from workbench.model.load import load_model
 
     model, _, _ = load_model("builtin:tiny", "cpu")
     texts = [(stdlib_root() / f).read_text() for f in ("json/encoder.py", "textwrap.py", "colorsys.py")]

@@ -208,7 +208,7 @@ def test_sol_linear_ss_is_free_running(small_corpus, tmp_path):
     import pandas as pd
 
     from workbench.corpus import by_split, load_corpus
-    from workbench.evaluation.harness import load_model
+    from workbench.model.load import load_model
     from workbench.evaluation.prompts import make_prompts
     from workbench.sol.run import SolConfig, run_sol_eval
     from workbench.speculative.linear import linear_self_speculation

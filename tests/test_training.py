@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from workbench.cli import parse_dataclass
+from workbench.cli_args import parse_dataclass
 from workbench.model.io import load_checkpoint
 from workbench.train.lm import LMTrainConfig, TriModeLMModule, build_model, train_lm
 

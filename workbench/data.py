@@ -33,6 +33,31 @@ def encode_documents(docs: list[Document], tokenizer=None, eos_id: int | None = 
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
 
+def teacher_tokens(path: str, eos_id: int) -> np.ndarray:
+    """Self-distillation data: ``prompt + answer + EOS`` of every row of a ``workbench deer teacher`` folder
+    (the AR model's own continuations of corpus prompts), concatenated: ``(total_tokens,)`` int32.
+
+    Raises :class:`~workbench.corpus.CorpusError` for a folder without complete teacher data.
+    """
+    import json
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    side = Path(path) / "teacher.json"
+    if not side.is_file():
+        raise CorpusError(f"{path} holds no teacher data (teacher.json missing); make it with `workbench deer teacher`")
+    info = json.loads(side.read_text())
+    if not info.get("complete"):
+        raise CorpusError(f"teacher data in {path} is incomplete; rerun `workbench deer teacher` with the same settings")
+    parts, sep = [], np.array([eos_id], dtype=np.int32)
+    for name in info["chunks"]:
+        t = pq.read_table(Path(path) / name, columns=["prompt", "answer"])
+        for prompt, answer in zip(t.column("prompt").to_pylist(), t.column("answer").to_pylist()):
+            parts += [np.asarray(prompt, dtype=np.int32), np.asarray(answer, dtype=np.int32), sep]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
 class RandomWindows(Dataset):
     """Windows of ``seq_len`` tokens at pseudo-random offsets. Item ``i`` is window ``start + i`` of the
     stream, a pure function of ``(seed, start + i)``, so a run resumed at step ``s`` continues the same
@@ -86,22 +111,28 @@ class LMDataModule(pl.LightningDataModule):
         seed: data seed.
         tokenizer: ``None`` for the byte-level fast path, else a Hugging Face tokenizer.
         num_workers: DataLoader workers.
+        train_data: optional ``workbench deer teacher`` folder: train on its answers (:func:`teacher_tokens`)
+            instead of the corpus's train split; validation stays on the corpus's validation split.
     """
 
     def __init__(self, corpus: str = "stdlib", seq_len: int = 256, batch_size: int = 16,
                  train_windows: int = 1_000_000, val_windows: int = 64, seed: int = 0, tokenizer=None,
-                 num_workers: int = 0):
+                 num_workers: int = 0, train_data: str | None = None):
         super().__init__()
         self.corpus, self.seq_len, self.batch_size = corpus, seq_len, batch_size
         self.train_windows, self.val_windows, self.seed = train_windows, val_windows, seed
-        self.tokenizer, self.num_workers = tokenizer, num_workers
+        self.tokenizer, self.num_workers, self.train_data = tokenizer, num_workers, train_data
         self.train_tokens = self.val_tokens = None
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_tokens is not None:
             return
         docs = load_corpus(self.corpus)
-        self.train_tokens = encode_documents(by_split(docs, "train"), self.tokenizer)
+        if self.train_data:
+            eos = EOS_ID if self.tokenizer is None else self.tokenizer.eos_token_id
+            self.train_tokens = teacher_tokens(self.train_data, eos)
+        else:
+            self.train_tokens = encode_documents(by_split(docs, "train"), self.tokenizer)
         self.val_tokens = encode_documents(by_split(docs, "validation"), self.tokenizer)
 
     def train_dataloader(self) -> DataLoader:

@@ -20,11 +20,11 @@ import torch
 
 from .corpus import by_split, load_corpus
 from .data import encode_documents
-from .evaluation.harness import (MODE_NAMES, EvalConfig, check_sweep_fits, evaluate_model, load_model, resolve_device,
-                                 summarize)
+from .evaluation.harness import MODE_NAMES, EvalConfig, check_sweep_fits, evaluate_model, summarize
 from .evaluation.heldout import heldout_losses, unigram_cross_entropy
 from .evaluation.metrics import known_words
 from .evaluation.prompts import make_prompts
+from .model.load import load_model, resolve_device
 from .report import fmt, markdown_table, plot_accuracy_vs_tpf, plot_training_curves
 from .tokenizer import is_byte_tokenizer
 from .utils import staged_dir
@@ -138,7 +138,7 @@ def _retrain(cfg: DemoConfig) -> str:
     folder, which any failure deletes: an interrupted retrain (hours on a CPU) is resumed by running the same
     command again. A leg whose model already reached its last step is reused, and the interrupted leg
     continues from its last checkpoint (``workbench train lm`` resumes bit-exactly)."""
-    from .cli import parse_dataclass
+    from .cli_args import parse_dataclass
     from .model.io import read_workbench_json
     from .train.lm import LMTrainConfig, train_lm
 
@@ -599,7 +599,7 @@ def _print_summary(summary: pd.DataFrame, metrics: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from .cli import parse_dataclass
+    from .cli_args import parse_dataclass
 
     cfg = parse_dataclass("workbench demo", DemoConfig, argv)
     out = run_demo(cfg)

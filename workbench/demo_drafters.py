@@ -17,7 +17,7 @@ def lora_stage(model_spec: str, corpus: str, run: Path, steps: int, n_prompts: i
     """Train a LoRA drafter (``configs/lora_tiny.yaml`` shortened to ``steps``) on ``model_spec`` and evaluate
     greedy linear (k = 8) and quadratic (k = 4) self-speculation with and without it on held-out prompts,
     real-context (context reset to the real text every ``segment`` tokens) and free-running. Writes ``run/lora/`` (training run, ``adapter/``) and ``run/lora_eval/``."""
-    from .cli import parse_dataclass
+    from .cli_args import parse_dataclass
     from .drafter.cli import EvalOptions
     from .drafter.commands import evaluate_to
     from .drafter.train import LoraTrainConfig, train_lora
@@ -68,7 +68,7 @@ def deer_stage(model_spec: str, corpus: str, run: Path, n_answers: int, stage1_s
     prompts, Stage I then Stage II of a drafter made of the target's first 2 layers, then DEER decoding
     (k = 8, greedy, batch 1) vs AR, Stage I vs I+II, and linear self-speculation (with ``adapter`` if given)
     on held-out prompts. Writes ``run/deer/{teacher,stage1,stage2,eval}``."""
-    from .cli import parse_dataclass
+    from .cli_args import parse_dataclass
     from .deer.evaluate import DeerEvalConfig, run_deer_eval
     from .deer.teacher import TeacherConfig, generate_teacher
     from .deer.train import DeerTrainConfig, train_deer

@@ -5,7 +5,7 @@ from functools import partial
 from typing import Callable
 
 from .ar import ar_decode
-from .base import DecodeError, DecodeResult, check_threshold
+from .base import DecodeError, DecodeResult, check_threshold, stop_at_eos
 from .diffusion import diffusion_decode
 from .rules import confidence_rule, serial_rule
 
@@ -79,16 +79,37 @@ POLICIES: dict[str, Callable[..., DecodeResult]] = {
 }
 
 
-def register_policy(name: str, fn: Callable[..., DecodeResult]) -> None:
-    """Add a policy to the registry (later stages: sampler, self-speculation, DEER...)."""
+#: Policies whose tokens become final a whole block at a time (block diffusion); the rest commit in order.
+BLOCK_POLICIES: set[str] = {"confidence", "serial", "sampler"}
+
+
+def register_policy(name: str, fn: Callable[..., DecodeResult], block_commits: bool = False) -> None:
+    """Add a decoder to the registry under ``name`` (later stages register theirs from their own packages).
+    ``block_commits``: its tokens become final a block at a time (block diffusion), which decides how
+    :func:`~workbench.decoding.base.stop_at_eos` recounts forwards."""
     POLICIES[name] = fn
+    if block_commits:
+        BLOCK_POLICIES.add(name)
 
 
 def get_policy(name: str) -> Callable[..., DecodeResult]:
-    """The decode function of policy ``name``; raises :class:`DecodeError` listing the valid names."""
+    """The decode function of policy ``name``; raises :class:`DecodeError` listing the valid names.
+
+    The function takes ``(model, prompts, gen_len, **options)``; with ``eos_id=<id>`` a free-running decode
+    (no ``real_continuation``) stops each row at that token, as ``generate`` does
+    (:func:`~workbench.decoding.base.stop_at_eos`)."""
     if name not in POLICIES:
         raise DecodeError(f"unknown decoding policy {name!r}; valid: {', '.join(sorted(POLICIES))}")
-    return POLICIES[name]
+    fn = POLICIES[name]
+
+    def decode(model, prompts, gen_len, eos_id: int | None = None, **kw) -> DecodeResult:
+        res = fn(model, prompts, gen_len, **kw)
+        if eos_id is None or kw.get("real_continuation") is not None:
+            return res
+        return stop_at_eos(res, eos_id, kw.get("block_length") if name in BLOCK_POLICIES else None)
+
+    decode.__doc__ = fn.__doc__
+    return decode
 
 
 __all__ = ["POLICIES", "DecodeError", "DecodeResult", "get_policy", "register_policy", "ar_decode", "diffusion_decode"]

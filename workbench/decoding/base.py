@@ -46,6 +46,50 @@ class DecodeResult:
         return len(self.tokens[row]) / max(1, self.forwards[row] + self.extra_forwards[row])
 
 
+def stop_at_eos(res: DecodeResult, eos_id: int, block_length: int | None = None) -> DecodeResult:
+    """Cut every row of ``res`` after its first ``eos_id`` (kept), as ``generate`` stops, and recount the row's
+    forwards to those that committed tokens up to it.
+
+    Decoders run rows in lockstep, so a row that emitted EOS was carried along; its later commits are
+    dropped here. Tokens are final in order of position for AR and speculative decoders
+    (``block_length=None``): the forwards kept are those until the EOS position is committed. A block-diffusion
+    decoder (``block_length`` = B) finishes the whole block holding EOS before it is final, so its forwards
+    are kept up to the end of that block, with one KV-commit forward per kept block. Returns a new result.
+    """
+    out = DecodeResult(tokens=[], forwards=[], extra_forwards=[], committed_per_step=[], step_tokens=[],
+                       wall_time=res.wall_time, model_calls=res.model_calls, sampler_seconds=res.sampler_seconds,
+                       sampler_calls=res.sampler_calls)
+    for r, toks in enumerate(res.tokens):
+        per_step = res.committed_per_step[r] if res.committed_per_step else []
+        steps = res.step_tokens[r] if res.step_tokens else []
+        if eos_id not in toks or not per_step:
+            out.tokens.append(list(toks))
+            out.forwards.append(res.forwards[r])
+            out.extra_forwards.append(res.extra_forwards[r])
+            out.committed_per_step.append(list(per_step))
+            out.step_tokens.append(list(steps))
+            continue
+        end = toks.index(eos_id) + 1                      # tokens kept
+        need = end if block_length is None else -(-end // block_length) * block_length
+        total, kept = 0, 0
+        while kept < len(per_step) and total < need:
+            total += per_step[kept]
+            kept += 1
+        fw, ex = res.forwards[r], res.extra_forwards[r]
+        if block_length is not None:
+            extra = min(ex, need // block_length)
+        elif ex >= fw:                                     # one verify forward per draft forward (+ any others)
+            extra = kept + (ex - fw)
+        else:
+            extra = min(ex, kept)
+        out.tokens.append(list(toks[:end]))
+        out.forwards.append(min(fw, kept))
+        out.extra_forwards.append(extra)
+        out.committed_per_step.append(list(per_step[:kept]))
+        out.step_tokens.append(list(steps[:kept]))
+    return out
+
+
 def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad prompts to one length. Returns ``ids`` ``(N, P)`` and ``valid`` ``(N, P)`` bool."""
     if not prompts or any(len(p) == 0 for p in prompts):

@@ -12,11 +12,12 @@ class DecodeConfig:
     prompt: str = "def fibonacci(n):\n"
     """Prompt text, or @path to read it from a file."""
     model: str = "builtin:tiny"
-    """Checkpoint directory or 'builtin:tiny'."""
+    """A shipped model ('tiny'), a named real model ('smollm2-135m', 'smollm2-135m-trimode'; `workbench models
+    list`) or a checkpoint directory."""
     policy: str = "confidence"
     """Decoding policy name (see workbench.decoding.POLICIES)."""
     gen_len: int = 64
-    """Tokens to generate."""
+    """Tokens to generate at most (decoding stops at the tokenizer's end-of-sequence token, as generate does)."""
     block_length: int = 16
     """Block length of diffusion policies."""
     threshold: float = 0.9
@@ -50,8 +51,8 @@ def _read_prompt(prompt: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from ..cli import parse_dataclass
-    from ..evaluation.harness import load_model, resolve_device
+    from ..cli_args import parse_dataclass
+    from ..model.load import load_model, resolve_device
     from . import get_policy
 
     cfg = parse_dataclass("workbench decode", DecodeConfig, argv)
@@ -61,13 +62,14 @@ def main(argv: list[str]) -> int:
     text = _read_prompt(cfg.prompt)
     model, tok, _ = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
     ids = tok(text, add_special_tokens=False)["input_ids"]
-    kw = dict(block_length=cfg.block_length, precision=cfg.precision, pad_id=tok.pad_token_id or 0)
+    kw = dict(block_length=cfg.block_length, precision=cfg.precision, pad_id=tok.pad_token_id or 0,
+              eos_id=tok.eos_token_id)
     if cfg.policy == "confidence":
         kw["threshold"] = cfg.threshold
     if cfg.policy == "ar_sample":
         kw["temperature"] = cfg.temperature
     res = fn(model, [ids], cfg.gen_len, **kw)
     print(text + tok.decode(res.tokens[0]))
-    print(f"--- {cfg.policy}: {cfg.gen_len} tokens, {res.forwards[0]} forwards (+{res.extra_forwards[0]} KV-commit), "
+    print(f"--- {cfg.policy}: {len(res.tokens[0])} tokens, {res.forwards[0]} forwards (+{res.extra_forwards[0]} KV-commit), "
           f"tpf {res.tpf(0):.2f}, tpf_real {res.tpf_real(0):.2f}, {res.wall_time:.2f} s")
     return 0

@@ -16,7 +16,7 @@ commands:
 def _eval(argv: list[str]) -> int:
     import pandas as pd
 
-    from ..cli import parse_dataclass
+    from ..cli_args import parse_dataclass
     from .evaluate import DeerEvalConfig, run_deer_eval
 
     cfg = parse_dataclass("workbench deer eval", DeerEvalConfig, argv)

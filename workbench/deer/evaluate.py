@@ -180,7 +180,7 @@ def run_deer_eval(cfg: DeerEvalConfig, target=None, tokenizer=None) -> Path:
     drafter with another tokenizer, :class:`~workbench.model.io.CheckpointError` for a bad drafter path,
     :class:`~workbench.utils.RunDirError` for an ``out_dir`` it may not replace or cannot write (before any decoding).
     """
-    from ..evaluation.harness import resolve_device
+    from ..model.load import resolve_device
     from ..speculative.linear import linear_self_speculation
     from ..utils import check_out_dir, staged_dir
     from .plots import plot_acceptance, plot_alpha

@@ -58,7 +58,7 @@ def load_target(spec: str, device: str | torch.device = "cpu") -> tuple[TriModeL
     Raises :class:`~workbench.model.io.CheckpointError` / ``FileNotFoundError`` for a bad path and
     :class:`~workbench.tokenizer.TokenizerError` when its tokenizer has no mask token.
     """
-    from ..evaluation.harness import load_model
+    from ..model.load import load_model
 
     model, tok, _ = load_model(spec, device)
     model.eval()
@@ -104,7 +104,7 @@ def build_drafter(target: TriModeLM, target_tok: PreTrainedTokenizerBase, preset
         CheckpointError: ``drafter_init`` is not a checkpoint directory.
     """
     if drafter_init:
-        from ..evaluation.harness import load_model
+        from ..model.load import load_model
 
         drafter, tok, _ = load_model(drafter_init, target.device)
         check_shared_tokenizer(target_tok, tok)

@@ -161,7 +161,7 @@ def generate_teacher(cfg: TeacherConfig, model=None, tokenizer=None,
     settings = cfg.settings()
     _check_resume(out, settings)
     if model is None:
-        from ..evaluation.harness import resolve_device
+        from ..model.load import resolve_device
         from .models import load_target
 
         model, tokenizer = load_target(cfg.target, resolve_device(cfg.device))
@@ -190,7 +190,7 @@ def generate_teacher(cfg: TeacherConfig, model=None, tokenizer=None,
 
 def main(argv: list[str]) -> int:
     """``workbench deer teacher --config <yaml> [--field value ...]``."""
-    from ..cli import parse_dataclass
+    from ..cli_args import parse_dataclass
 
     cfg = parse_dataclass("workbench deer teacher", TeacherConfig, argv)
     out = generate_teacher(cfg)

@@ -165,7 +165,7 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
 
 def main(argv: list[str]) -> int:
     """``workbench train deer --stage 1|2 --config <yaml> [--field value ...]``."""
-    from ..cli import parse_dataclass
+    from ..cli_args import parse_dataclass
 
     cfg = parse_dataclass("workbench train deer", DeerTrainConfig, argv)
     print(f"drafter saved to {train_deer(cfg)}")

@@ -105,7 +105,7 @@ class AblationConfig(EvalOptions):
 
     def train_base(self):
         """The LoraTrainConfig shared by every variant."""
-        from ..cli import parse_dataclass
+        from ..cli_args import parse_dataclass
         from .losses import check_loss_name
         from .train import LoraTrainConfig
 
@@ -125,7 +125,7 @@ class AblationConfig(EvalOptions):
 
 def main(argv: list[str]) -> int:
     """``workbench drafter eval|ablation [options]``."""
-    from ..cli import parse_dataclass
+    from ..cli_args import parse_dataclass
 
     if not argv or argv[0] not in SUBCOMMANDS:
         print(f"usage: workbench drafter {'|'.join(SUBCOMMANDS)} [options]", file=sys.stderr)

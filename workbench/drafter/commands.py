@@ -23,7 +23,7 @@ def evaluate_to(cfg: EvalOptions, model_spec: str, drafters: dict, run: Path) ->
     """Evaluate ``drafters`` and write results / summary / gains Parquet files and ``report.md`` into ``run``."""
     import time
 
-    from ..evaluation.harness import load_model, resolve_device
+    from ..model.load import load_model, resolve_device
     from ..report import markdown_table
     from .evaluate import GAIN_METRICS, evaluate_drafters, gain_table, linear_methods, summarize_drafters
 

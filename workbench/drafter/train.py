@@ -177,7 +177,7 @@ def load_base(spec: str, device: str = "cpu"):
 
     Raises :class:`~workbench.model.io.CheckpointError` for a missing or non-Hugging-Face path.
     """
-    from ..evaluation.harness import load_model
+    from ..model.load import load_model
 
     model, tok, _ = load_model(spec, device)
     return model, tok
@@ -274,7 +274,7 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
 
 def main(argv: list[str]) -> int:
     """``workbench train lora --config <yaml> [--field value ...]``."""
-    from ..cli import parse_dataclass
+    from ..cli_args import parse_dataclass
 
     cfg = parse_dataclass("workbench train lora", LoraTrainConfig, argv)
     print(f"adapter saved to {train_lora(cfg)}")

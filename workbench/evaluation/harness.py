@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from ..corpus import by_split, load_corpus
 from ..decoding import DecodeResult, get_policy
 from ..decoding.base import DecodeError, check_lengths, check_threshold
+from ..model.load import load_model, resolve_device
 from ..tokenizer import is_byte_tokenizer
 from .metrics import (agreement, ar_nll, first_line, known_words, nan_mean, oov_word_rate, repetition_rate,
                       whitespace_ids, whitespace_share, whitespace_share_multi)
@@ -248,29 +249,6 @@ def summarize(df: pd.DataFrame, by=("mode", "policy", "block_length", "threshold
     return out
 
 
-def resolve_device(name: str):
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"unknown device {name!r}; use 'auto', 'cpu' or 'cuda' (or 'cuda:N')") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} asked for, but this torch has no CUDA device; use --device cpu or auto")
-    return dev
-
-
-def load_model(spec: str, device, add_mask_token: bool = False):
-    """Load ``spec`` ('builtin:tiny' or a checkpoint path) → (TriModeLM, tokenizer, meta)."""
-    from ..assets import builtin_model_path
-    from ..model.io import load_checkpoint
-
-    path = builtin_model_path(spec[len("builtin:"):]) if spec.startswith("builtin:") else spec
-    return load_checkpoint(path, add_mask_token=add_mask_token, device=device)
-
-
 def warn_untrained_positions(meta: dict, prompt_len: int, gen_len: int) -> str | None:
     """Warn (``UserWarning``) and return the message when ``prompt_len + gen_len`` tokens exceed the longest
     window the checkpoint was trained on (:func:`~workbench.model.io.trained_context`); ``None`` otherwise."""
@@ -326,7 +304,7 @@ def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFr
 
 def main(argv: list[str]) -> int:
     """``workbench evaluate``."""
-    from ..cli import parse_dataclass
+    from ..cli_args import parse_dataclass
 
     cfg = parse_dataclass("workbench evaluate", EvalConfig, argv)
     _, summary, out = run_evaluate(cfg)

@@ -12,9 +12,12 @@ from ..model.masks import to_additive
 
 
 def agreement(a, b) -> float:
-    """Fraction of positions where ``a`` and ``b`` hold the same token."""
-    a, b = np.asarray(a), np.asarray(b)
-    return float((a == b).mean()) if len(a) else float("nan")
+    """Fraction of positions where ``a`` and ``b`` hold the same token, over the longer of the two (a
+    position only one of them reached, e.g. after the other stopped at EOS, disagrees)."""
+    n = max(len(a), len(b))
+    if not n:
+        return float("nan")
+    return sum(x == y for x, y in zip(a, b)) / n
 
 
 def repeated_ngram_starts(tokens, n: int) -> list[bool]:

@@ -25,3 +25,15 @@ def tokenizer_hash(tokenizer) -> str:
     h.update(json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False).encode())
     h.update(json.dumps(sorted(str(x) for x in tokenizer.all_special_tokens)).encode())
     return h.hexdigest()[:16]
+
+
+def weights_fingerprint(model) -> str:
+    """sha256 (first 16 hex digits) of every weight tensor's float32 bytes, by name, without the config:
+    the same weights give the same fingerprint under any transformers version. Adapters record their base's
+    fingerprint so that an adapter for other weights is refused."""
+    h = hashlib.sha256()
+    bb = model.backbone if hasattr(model, "backbone") else model
+    for name, t in sorted(bb.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]

@@ -62,14 +62,15 @@ def load_checkpoint(path: str | Path, add_mask_token: bool = False, device: str 
 
     Args:
         path: a ``save_pretrained`` directory (``config.json`` + weights + tokenizer files).
-        add_mask_token: add ``[MASK]`` to a tokenizer that lacks one and resize the embeddings.
+        add_mask_token: add ``[MASK]`` to a tokenizer that lacks one and resize the embeddings. Without it,
+            a tokenizer with no mask token gives a model for AR decoding only (its diffusion paths raise
+            :class:`TokenizerError` naming ``--add_mask_token``).
         device, dtype: where and how to place the weights.
 
     Returns ``(model, tokenizer, workbench_meta)``.
 
     Raises:
         CheckpointError: the path does not exist or is not a Hugging Face checkpoint directory.
-        TokenizerError: the tokenizer has no mask token and ``add_mask_token`` is false.
     """
     p = Path(path)
     if not p.exists():
@@ -82,7 +83,7 @@ def load_checkpoint(path: str | Path, add_mask_token: bool = False, device: str 
         raise CheckpointError(f"could not load a tokenizer from {p}: {type(e).__name__}: {e}") from None
     meta = read_workbench_json(p)
     added = tok.mask_token_id is None
-    mask_id = require_mask_token(tok, add=add_mask_token)
+    mask_id = require_mask_token(tok, add=True) if add_mask_token or not added else None
     try:
         backbone, info = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, output_loading_info=True)
     except Exception as e:  # noqa: BLE001
@@ -91,10 +92,24 @@ def load_checkpoint(path: str | Path, add_mask_token: bool = False, device: str 
         missing = sorted(info["missing_keys"])
         raise CheckpointError(f"{p}: the weights of {len(missing)} parameters (e.g. {missing[0]}) are not in the "
                               "checkpoint, so they would be random; its config.json does not match its weights")
-    if added or mask_id >= backbone.get_input_embeddings().num_embeddings:
-        backbone.resize_token_embeddings(len(tok))
+    if mask_id is not None and (added or mask_id >= backbone.get_input_embeddings().num_embeddings):
+        add_embedding_rows(backbone, len(tok))
     backbone.to(device).eval()
     return TriModeLM(backbone, mask_id), tok, meta
+
+
+def add_embedding_rows(backbone, vocab: int) -> None:
+    """Resize the input (and tied output) embeddings to ``vocab`` rows; new rows are the mean of the old
+    ones (deterministic, unlike transformers' sampled mean resizing)."""
+    emb = backbone.get_input_embeddings()
+    old = emb.num_embeddings
+    mean = emb.weight.detach().mean(dim=0)
+    backbone.resize_token_embeddings(vocab, mean_resizing=False)
+    with torch.no_grad():
+        backbone.get_input_embeddings().weight[old:] = mean
+        out = backbone.get_output_embeddings()
+        if out is not None and out.weight.data_ptr() != backbone.get_input_embeddings().weight.data_ptr():
+            out.weight[old:] = out.weight[:old].mean(dim=0)
 
 
 __all__ = ["CheckpointError", "TokenizerError", "load_checkpoint", "save_checkpoint", "read_workbench_json"]

@@ -71,3 +71,27 @@ def diffusion_loss(logits: torch.Tensor, input_ids: torch.Tensor, masked: torch.
 def joint_loss(ar: torch.Tensor, diff: torch.Tensor, alpha: float) -> torch.Tensor:
     """NLD Eq. 3: ``L = L_AR + α · L_diff`` (α = 0.3 in stage 2, 0 in stage 1)."""
     return ar + alpha * diff
+
+
+def idlm_loss(mask_logits: torch.Tensor, clean_logits: torch.Tensor, input_ids: torch.Tensor,
+              valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """I-DLM's auto-balanced loss (I-DLM §3.1, Eq. 1–2): ``L = L_mask + ŝ · L_clean``, ``ŝ = L_mask / L_clean``
+    treated as a constant (detached, no gradient).
+
+    Both halves are logit-shifted: position ``i`` of either stream predicts token ``i + 1`` (Eq. 1), so each
+    term is :func:`ar_loss` of its logits (global averaging over the non-padding targets).
+
+    Args:
+        mask_logits: ``(N, L, V)`` logits of the all-[MASK] noisy half ``x_t``.
+        clean_logits: ``(N, L, V)`` logits of the clean half ``x_0``. Under a gated LoRA the clean half is the
+            frozen base: ``L_clean`` is then a constant with no gradient and only ``L_mask`` trains (the
+            value is ``2 · L_mask``, the gradient that of ``L_mask``).
+        input_ids: ``(N, L)`` the clean sequence (targets).
+        valid: optional ``(N, L)`` bool, False at padding.
+
+    Returns ``(loss, L_mask, L_clean)`` as scalar tensors (nats per token).
+    """
+    l_mask = ar_loss(mask_logits, input_ids, valid)
+    l_clean = ar_loss(clean_logits, input_ids, valid)
+    s_hat = (l_mask / l_clean.clamp_min(1e-8)).detach()
+    return l_mask + s_hat * l_clean, l_mask, l_clean

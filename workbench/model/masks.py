@@ -19,13 +19,14 @@ def to_additive(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> to
     return mask.unsqueeze(1)
 
 
-def dual_stream_allowed(seq_len: int, block_length: int, device=None) -> torch.Tensor:
+def dual_stream_allowed(seq_len: int, block_length: int, device=None, causal_in_block: bool = False) -> torch.Tensor:
     """Visibility of the training forward over ``[x_t | x_0]`` (length ``2 * seq_len``), NLD Fig. 3.
 
     Query/key index ``i < seq_len`` is the noisy stream, ``i >= seq_len`` the clean stream; both streams
     share position ids ``arange(seq_len)``. Rules (block of position ``i`` is ``i // block_length``):
 
-    * noisy → noisy: same block only (bidirectional inside the block);
+    * noisy → noisy: same block only (bidirectional inside the block; with ``causal_in_block``, key
+      position ≤ query position, I-DLM App. E Fig. 8a, where blocks have the stride's size);
     * noisy → clean: clean tokens of strictly earlier blocks;
     * clean → clean: causal (key position ≤ query position);
     * clean → noisy: never.
@@ -38,6 +39,8 @@ def dual_stream_allowed(seq_len: int, block_length: int, device=None) -> torch.T
     pos = torch.arange(seq_len, device=device)
     blk = pos // block_length
     noisy_noisy = blk[:, None] == blk[None, :]
+    if causal_in_block:
+        noisy_noisy &= pos[None, :] <= pos[:, None]
     noisy_clean = blk[None, :] < blk[:, None]
     clean_clean = pos[None, :] <= pos[:, None]
     clean_noisy = torch.zeros(seq_len, seq_len, dtype=torch.bool, device=device)
@@ -46,9 +49,10 @@ def dual_stream_allowed(seq_len: int, block_length: int, device=None) -> torch.T
     return torch.cat([top, bottom], dim=0)
 
 
-def dual_stream_mask(seq_len: int, block_length: int, dtype=torch.float32, device=None) -> torch.Tensor:
+def dual_stream_mask(seq_len: int, block_length: int, dtype=torch.float32, device=None,
+                     causal_in_block: bool = False) -> torch.Tensor:
     """Additive version of :func:`dual_stream_allowed`: ``(1, 1, 2 * seq_len, 2 * seq_len)``."""
-    return to_additive(dual_stream_allowed(seq_len, block_length, device), dtype)
+    return to_additive(dual_stream_allowed(seq_len, block_length, device, causal_in_block), dtype)
 
 
 def cached_allowed(key_valid: torch.Tensor, query_len: int, causal: bool) -> torch.Tensor:

@@ -7,17 +7,44 @@ Wraps any ``transformers`` causal LM plus a mask-token id. The same weights give
   itself bidirectionally and the clean prefix causally (through the KV cache);
 * the **training forward** over the dual stream ``[x_t | x_0]`` (NLD Fig. 3).
 
-Cache conventions (transformers 5 ``DynamicCache``): any forward given ``past_key_values`` appends its
-tokens; :meth:`TriModeLM.diffusion_logits` crops them off again with ``cache.crop(-block_length)``, so
+Cache conventions (transformers 5 ``DynamicCache``): any forward given a cache appends its tokens (the keyword is
+``cache`` from transformers 5.24, ``past_key_values`` before; :func:`cache_keyword` picks the model's own, so no
+deprecation warning is printed); :meth:`TriModeLM.diffusion_logits` crops them off again with ``cache.crop(-block_length)``, so
 only :meth:`TriModeLM.extend` (the per-block KV-commit forward) grows the cache.
+
+With a gated LoRA (:mod:`workbench.model.gated_lora`, a pretrained AR model converted to tri-mode) clean
+positions run the frozen base and noisy / mask positions add the LoRA residual: :meth:`extend` is the base
+model exactly (its AR logits never pick the added mask token), :meth:`diffusion_logits` runs with the adapter,
+and the training forward gates per token.
+
+A model without a mask token (a plain AR checkpoint) serves the AR paths; the diffusion paths raise
+:class:`~workbench.tokenizer.TokenizerError` naming ``--add_mask_token``.
 """
 from __future__ import annotations
+
+import functools
+import inspect
 
 import torch
 from torch import nn
 from transformers import DynamicCache, PreTrainedModel
 
-from .masks import cached_allowed, dual_stream_mask, to_additive
+from ..tokenizer import TokenizerError
+from .gated_lora import is_gated, lora_positions
+from .masks import cached_allowed, dual_stream_allowed, dual_stream_mask, to_additive
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_keyword_of(cls: type) -> str:
+    params = inspect.signature(cls.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def cache_keyword(backbone: nn.Module) -> str:
+    """The keyword the backbone's forward takes its KV cache by: ``cache`` (transformers ≥ 5.24, where
+    ``past_key_values`` is deprecated) or ``past_key_values`` (earlier releases, and other models)."""
+    base = backbone.get_base_model() if hasattr(backbone, "get_base_model") else backbone
+    return _cache_keyword_of(type(base))
 
 
 class TriModeLM(nn.Module):
@@ -25,20 +52,38 @@ class TriModeLM(nn.Module):
 
     Args:
         backbone: any ``AutoModelForCausalLM`` instance whose forward accepts ``position_ids`` and an
-            additive 4D ``attention_mask``.
-        mask_token_id: id of the mask token (must be < the backbone's vocabulary size).
+            additive 4D ``attention_mask`` (or a peft model wrapping one).
+        mask_token_id: id of the mask token (must be < the backbone's vocabulary size), or ``None`` for a
+            plain AR checkpoint (AR decoding only).
 
     Raises ``ValueError`` if the mask token is outside the model's vocabulary.
     """
 
-    def __init__(self, backbone: PreTrainedModel, mask_token_id: int):
+    def __init__(self, backbone: PreTrainedModel, mask_token_id: int | None):
         super().__init__()
         vocab = backbone.get_input_embeddings().num_embeddings
-        if not 0 <= mask_token_id < vocab:
+        if mask_token_id is not None and not 0 <= mask_token_id < vocab:
             raise ValueError(f"mask token id {mask_token_id} is outside the model vocabulary ({vocab}); "
                              "resize the embeddings after adding the mask token")
         self.backbone = backbone
-        self.mask_token_id = int(mask_token_id)
+        self._mask_token_id = None if mask_token_id is None else int(mask_token_id)
+
+    @property
+    def mask_token_id(self) -> int:
+        """Id of the mask token. Raises :class:`~workbench.tokenizer.TokenizerError` for a model without one."""
+        if self._mask_token_id is None:
+            raise TokenizerError("this model has no mask token, which diffusion-mode decoding and training need; "
+                                 "rerun with --add_mask_token true (AR policies need none)")
+        return self._mask_token_id
+
+    @property
+    def has_mask_token(self) -> bool:
+        return self._mask_token_id is not None
+
+    @property
+    def gated(self) -> bool:
+        """True when the backbone carries a gated LoRA (clean positions = the frozen base)."""
+        return is_gated(self)
 
     @property
     def device(self) -> torch.device:
@@ -49,29 +94,76 @@ class TriModeLM(nn.Module):
         return next(self.backbone.parameters()).dtype
 
     # ------------------------------------------------------------------ training
-    def dual_stream_logits(self, clean: torch.Tensor, noisy: torch.Tensor, block_length: int
-                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    def dual_stream_logits(self, clean: torch.Tensor, noisy: torch.Tensor, block_length: int,
+                           causal_in_block: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Training forward over ``[x_t | x_0]`` with shared position ids (NLD §2.2, Fig. 3).
 
         Args:
             clean: ``(N, L)`` clean ids ``x_0``.
             noisy: ``(N, L)`` noisy ids ``x_t`` (mask token at corrupted positions).
-            block_length: diffusion block length; must divide ``L``.
+            block_length: diffusion block length (I-DLM: the stride); must divide ``L``.
+            causal_in_block: I-DLM's mask (App. E, Fig. 8a: causal inside each noisy block) instead of
+                NLD's bidirectional block.
 
         Returns:
             ``(ar_logits, diff_logits)``, each ``(N, L, V)``: AR logits of the clean stream and
-            diffusion logits of the noisy stream.
+            logits of the noisy stream.
+
+        With a gated LoRA the noisy half runs base + LoRA and the clean half the base only (per-token gate).
         """
         n, seq_len = clean.shape
         ids = torch.cat([noisy, clean], dim=1)
         pos = torch.arange(seq_len, device=clean.device).repeat(2).unsqueeze(0).expand(n, -1)
-        mask = dual_stream_mask(seq_len, block_length, self.mask_dtype, clean.device)
-        logits = self.backbone(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=False).logits
+        mask = dual_stream_mask(seq_len, block_length, self.mask_dtype, clean.device, causal_in_block)
+        gate = torch.zeros((n, 2 * seq_len), dtype=torch.bool, device=clean.device)
+        gate[:, :seq_len] = True
+        with lora_positions(self, gate):
+            logits = self.backbone(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=False).logits
         return logits[:, seq_len:], logits[:, :seq_len]
+
+    def noisy_stream_logits(self, clean: torch.Tensor, noisy: torch.Tensor, block_length: int,
+                            causal_in_block: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training forward of a gated LoRA in two passes: the clean stream through the frozen base
+        without gradient (its keys and values become a cache), then the noisy stream with the adapter,
+        attending to those cached keys and values under the dual-stream visibility.
+
+        Same result as the noisy half of :meth:`dual_stream_logits` (tests/test_gated_lora.py), but only the
+        noisy stream is differentiated: about 2.5 forwards of ``L`` tokens instead of a differentiated forward
+        of ``2L``. Layout: keys ``[x_0 (L) | x_t (L)]``, queries ``x_t``; position ids ``arange(L)`` in both.
+
+        Args:
+            clean: ``(N, L)`` clean ids ``x_0``; noisy: ``(N, L)`` noisy ids ``x_t``.
+            block_length: block length (NLD) or stride (I-DLM); must divide ``L``.
+            causal_in_block: I-DLM's causal-within-block noisy attention instead of NLD's bidirectional block.
+
+        Returns ``(clean_logits, noisy_logits)``, each ``(N, L, V)``; ``clean_logits`` carry no gradient.
+        Raises ``ValueError`` for a model without a gated LoRA (its clean stream needs gradients).
+        """
+        if not self.gated:
+            raise ValueError("noisy_stream_logits needs a gated LoRA (the clean stream is the frozen base)")
+        n, seq_len = clean.shape
+        pos = torch.arange(seq_len, device=clean.device).unsqueeze(0).expand(n, -1)
+        cache = self.new_cache()
+        with torch.no_grad(), lora_positions(self, False):
+            clean_logits = self.forward_backbone(clean, pos, None, cache)
+        allowed = dual_stream_allowed(seq_len, block_length, clean.device, causal_in_block)[:seq_len]
+        allowed = torch.cat([allowed[:, seq_len:], allowed[:, :seq_len]], dim=1)   # keys [clean | noisy]
+        with lora_positions(self, True):
+            noisy_logits = self.forward_backbone(noisy, pos, to_additive(allowed, self.mask_dtype), cache)
+        return clean_logits, noisy_logits
 
     def causal_logits(self, ids: torch.Tensor) -> torch.Tensor:
         """Plain causal forward ``(N, L) -> (N, L, V)`` (AR mode without cache; stage-1 training)."""
-        return self.backbone(input_ids=ids, use_cache=False).logits
+        with lora_positions(self, False):
+            return self._hide_mask(self.backbone(input_ids=ids, use_cache=False).logits)
+
+    def _hide_mask(self, logits: torch.Tensor) -> torch.Tensor:
+        """AR logits of a gated model with the added mask token's column at -inf: the base model never had
+        that token, so its AR distribution (and argmax) is the base's exactly."""
+        if self.gated and self._mask_token_id is not None and logits.shape[-1] > self._mask_token_id:
+            logits = logits.clone()
+            logits[..., self._mask_token_id] = float("-inf")
+        return logits
 
     # ------------------------------------------------------------------ inference with a KV cache
     def new_cache(self) -> DynamicCache:
@@ -84,12 +176,22 @@ class TriModeLM(nn.Module):
         q = ids.shape[1]
         pos = (key_valid.long().cumsum(dim=1) - 1).clamp_min(0)[:, -q:]
         mask = to_additive(cached_allowed(key_valid, q, causal), self.mask_dtype)
-        return self.backbone(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache,
-                             use_cache=True).logits
+        return self.forward_backbone(ids, pos, mask, cache)
+
+    def forward_backbone(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None,
+                         cache: DynamicCache) -> torch.Tensor:
+        """One backbone forward of ``ids`` ``(N, Q)`` at ``pos`` ``(N, Q)`` with an additive mask
+        ``(N, 1, Q, cache_len + Q)`` (``None``: causal) that appends to ``cache``. Returns logits ``(N, Q, V)``."""
+        kw = {cache_keyword(self.backbone): cache}
+        return self.backbone(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, **kw).logits
 
     def extend(self, ids: torch.Tensor, cache: DynamicCache, key_valid: torch.Tensor) -> torch.Tensor:
         """Causal forward that appends ``ids`` ``(N, Q)`` to ``cache`` (prefill, AR step, or the per-block
-        KV-commit forward). ``key_valid``: ``(N, cache_len + Q)``. Returns AR logits ``(N, Q, V)``."""
+        KV-commit forward). ``key_valid``: ``(N, cache_len + Q)``. Returns AR logits ``(N, Q, V)``.
+        With a gated LoRA this is the frozen base model (adapter off)."""
+        if self.gated:
+            with lora_positions(self, False):
+                return self._hide_mask(self._cached_forward(ids, cache, key_valid, causal=True))
         return self._cached_forward(ids, cache, key_valid, causal=True)
 
     def diffusion_logits(self, block: torch.Tensor, cache: DynamicCache, key_valid: torch.Tensor) -> torch.Tensor:
@@ -103,6 +205,7 @@ class TriModeLM(nn.Module):
         Returns ``(N, B, V)``: logits at position ``j`` predict the token at block position ``j``.
         """
         b = block.shape[1]
-        logits = self._cached_forward(block, cache, key_valid, causal=False)
+        with lora_positions(self, True):                      # gated LoRA: the block is the noisy stream
+            logits = self._cached_forward(block, cache, key_valid, causal=False)
         cache.crop(-b)
         return logits

@@ -105,7 +105,7 @@ class SamplerTrainConfig:
 
 
 def _model_fingerprint(spec: str) -> str:
-    from ..evaluation.harness import load_model
+    from ..model.load import load_model
     from ..model.fingerprint import model_fingerprint
 
     model, _, _ = load_model(spec, "cpu")
@@ -175,7 +175,7 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
 
 def main(argv: list[str]) -> int:
     """``workbench train sampler --config <yaml> [--field value ...]``; prints the sampler directory."""
-    from ..cli import parse_dataclass
+    from ..cli_args import parse_dataclass
 
     cfg = parse_dataclass("workbench train sampler", SamplerTrainConfig, argv)
     out = train_sampler(cfg)

@@ -131,7 +131,8 @@ def summarize_linear_ss(ss: pd.DataFrame, by: list[str], prefix: str) -> pd.Data
 def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
     """Run the analysis and write the run directory; returns the overall summary as records."""
     from ..corpus import by_split, load_corpus
-    from ..evaluation.harness import check_sweep_fits, load_model, resolve_device
+    from ..evaluation.harness import check_sweep_fits
+    from ..model.load import load_model, resolve_device
     from ..evaluation.metrics import first_line, repetition_rate
     from ..evaluation.prompts import make_prompts
     from ..tokenizer import is_byte_tokenizer
@@ -268,7 +269,7 @@ def plot_sol(summary: pd.DataFrame, overall: pd.DataFrame, out: Path) -> None:
 
 def main(argv: list[str]) -> int:
     """``workbench sol``."""
-    from ..cli import parse_dataclass
+    from ..cli_args import parse_dataclass
 
     cfg = parse_dataclass("workbench sol", SolConfig, argv)
     r = run_sol_eval(cfg)

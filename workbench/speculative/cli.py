@@ -96,7 +96,7 @@ def attach_adapter(model, adapter_dir: str):
 def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
     """Run the evaluation and write the run directory; returns ``{"results", "summary", "out_dir", "wall_s"}``."""
     from ..corpus import by_split, load_corpus
-    from ..evaluation.harness import load_model, resolve_device
+    from ..model.load import load_model, resolve_device
     from ..evaluation.prompts import make_prompts
     from ..tokenizer import is_byte_tokenizer
     from ..utils import check_out_dir, staged_dir
@@ -131,7 +131,7 @@ def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
 
 def main(argv: list[str]) -> int:
     """``workbench speculate``."""
-    from ..cli import parse_dataclass
+    from ..cli_args import parse_dataclass
 
     cfg = parse_dataclass("workbench speculate", SpeculateConfig, argv)
     r = run_speculate(cfg)

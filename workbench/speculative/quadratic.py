@@ -40,6 +40,7 @@ from __future__ import annotations
 import torch
 
 from ..decoding.base import DecodeError, DecodeResult
+from ..model.gated_lora import lora_positions
 from .adapter import verifier_mode
 from .context import SpecContext
 from .driver import Tally, masked_draft_logits, pick_draft, run_speculation, verify
@@ -66,8 +67,10 @@ def quadratic_forward(model, ctx: SpecContext, spec: torch.Tensor, group_size: i
     ids = torch.cat([spec, masks], dim=1)
     pos = ctx.positions()[:, None] + quadratic_offsets(a, group_size, spec.device)[None, :]
     attn = quadratic_mask(ctx.valid, a, group_size, model.mask_dtype)
-    logits = model.backbone(input_ids=ids, position_ids=pos, attention_mask=attn, past_key_values=ctx.cache,
-                            use_cache=True).logits
+    gate = torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
+    gate[:, a:] = True                       # gated LoRA: the mask groups are the noisy stream, spec is clean
+    with lora_positions(model, gate):
+        logits = model.forward_backbone(ids, pos, attn, ctx.cache)
     ctx.cache.crop(-(a * group_size if keep_spec else a + a * group_size))
     diff = masked_draft_logits(logits[:, a:].reshape(n, a, group_size, -1), model.mask_token_id)
     return logits[:, :a].float(), diff

@@ -19,8 +19,10 @@ from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
 from ..data import LMDataModule
 from ..evaluation.metrics import whitespace_ids
-from ..model.io import load_checkpoint, save_checkpoint
-from ..model.losses import AVERAGING, ar_loss, diffusion_loss, joint_loss
+from ..model.io import save_checkpoint
+from ..model.load import load_model
+from ..model.gated_lora import DEFAULT_TARGETS
+from ..model.losses import AVERAGING, ar_loss, diffusion_loss, idlm_loss, joint_loss
 from ..model.noise import mask_blocks
 from ..model.presets import PRESETS, preset_config
 from ..model.trimode import TriModeLM
@@ -28,6 +30,10 @@ from ..model.unlikelihood import repeated_ngram_mask, unlikelihood_loss
 from ..tokenizer import MASK_ID, byte_tokenizer
 from ..utils import RunDirError, prepare_run_dir, step_generator
 from .schedule import optimizer_config
+
+
+#: Training objectives of ``workbench train lm``.
+OBJECTIVES = ("nld", "idlm")
 
 
 @dataclass
@@ -42,6 +48,9 @@ class LMTrainConfig:
     """With ``init_from``: add ``[MASK]`` to a tokenizer that has none (the embeddings are resized)."""
     corpus: str = "stdlib"
     """Corpus: 'stdlib', a directory of source files, or a .txt / .jsonl file."""
+    train_data: str | None = None
+    """Self-distillation: a ``workbench deer teacher`` folder whose answers (the model's own continuations of
+    train-split prompts) replace the corpus's train split; validation stays on the corpus. None: the corpus."""
     out_dir: str = "runs/train_lm"
     """Run directory: resolved config, logs, Lightning checkpoints and the final model in ``model/``."""
     seq_len: int = 256
@@ -106,6 +115,28 @@ class LMTrainConfig:
     (whitespace tokens are never penalised)."""
     ul_weight: float = 1.0
     """Weight of the unlikelihood loss on unlikelihood steps."""
+    objective: str = "nld"
+    """'nld': joint AR + block-diffusion loss (NLD Eq. 1–5); 'idlm': I-DLM's all-masked, causal, logit-shifted
+    loss with auto-balancing (I-DLM §3.1, Eq. 1–2; blocks = strides drawn from ``block_lengths``)."""
+    lora_rank: int = 0
+    """> 0: convert ``init_from`` with a per-token gated LoRA of this rank (I-DLM App. G) instead of training
+    every weight: the base stays frozen, noisy / mask positions add the LoRA residual, clean positions are
+    the base exactly. 0: full training."""
+    lora_alpha: float | None = None
+    """LoRA α (update scaled by α / r); None: 4 · ``lora_rank``, NLD's ratio (r = 128, α = 512)."""
+    lora_targets: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    """Linear modules that get the gated LoRA (default: every attention and MLP projection)."""
+    lora_init: str | None = None
+    """Continue from this gated adapter folder (a previous leg's ``model/``) instead of a fresh LoRA; its
+    rank and targets are used and its base fingerprint must match ``init_from``."""
+    val_prompts: int = 0
+    """Held-out prompts decoded at each validation with the self-speculative decoder of the objective (NLD:
+    linear self-speculation, greedy, draft length ``val_draft_length``) to log ``val/tau``, the acceptance
+    length (bonus token counted). 0: only the teacher-forced estimate ``val/tau_tf`` is logged."""
+    val_draft_length: int = 8
+    """Draft length k (NLD) or stride (I-DLM) of the validation acceptance."""
+    val_gen_len: int = 64
+    """Tokens decoded per validation prompt."""
 
     def validate(self) -> None:
         """Raise ``ValueError`` with a one-line reason for an inconsistent configuration."""
@@ -120,6 +151,17 @@ class LMTrainConfig:
             raise ValueError(f"stop_at_step ({self.stop_at_step}) must lie in (0, max_steps={self.max_steps}]")
         if not 0 <= self.stage1_steps <= self.max_steps:
             raise ValueError(f"stage1_steps ({self.stage1_steps}) must lie in [0, max_steps={self.max_steps}]")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {self.objective!r}; valid: {', '.join(OBJECTIVES)}")
+        if self.lora_rank < 0:
+            raise ValueError(f"lora_rank must be ≥ 0, got {self.lora_rank}")
+        if self.lora_rank and not self.init_from:
+            raise ValueError("a gated LoRA (lora_rank > 0) converts a pretrained model: give --init_from")
+        if self.lora_rank and self.ul_prob > 0:
+            raise ValueError("unlikelihood steps train the AR pathway, which a gated LoRA keeps frozen; "
+                             "set ul_prob 0 or lora_rank 0")
+        if self.val_prompts < 0 or self.val_draft_length < 1 or self.val_gen_len < 1:
+            raise ValueError("val_prompts must be ≥ 0, val_draft_length and val_gen_len ≥ 1")
         if self.ul_weight < 0:
             raise ValueError(f"ul_weight must be ≥ 0, got {self.ul_weight}")
         if not 0.0 <= self.ul_prob <= 1.0:
@@ -143,14 +185,51 @@ class TriModeLMModule(pl.LightningModule):
     per batch from ``block_lengths``. With ``ul_prob > 0`` a step is, with that probability, a
     sequence-level unlikelihood step instead (:func:`unlikelihood_step`). Block length, noise and the step
     kind come from generators seeded by the global step, so a resumed run draws the same ones.
+
+    With a gated LoRA (``lora_rank > 0``) the clean stream is the frozen base: the AR loss is a constant and
+    is skipped, and each step is :meth:`gated_step`. ``objective: idlm`` trains I-DLM's loss instead of NLD's.
+
+    ``val_prompts`` are ``(prompt ids, real continuation ids)`` pairs for the decoded validation acceptance.
     """
 
-    def __init__(self, model: TriModeLM, cfg: LMTrainConfig, whitespace: frozenset[int] = frozenset()):
+    def __init__(self, model: TriModeLM, cfg: LMTrainConfig, whitespace: frozenset[int] = frozenset(),
+                 val_prompts: list[tuple[list[int], list[int]]] | None = None):
         super().__init__()
         self.model, self.cfg, self.whitespace = model, cfg, whitespace
+        self.val_prompts = val_prompts or []
+        # a gated run checkpoints only what trains (the frozen base comes from init_from)
+        self.strict_loading = not (model is not None and model.gated)
 
     def alpha_at(self, step: int) -> float:
         return 0.0 if step < self.cfg.stage1_steps else self.cfg.alpha
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self.model.gated:
+            trainable = {n for n, p in self.named_parameters() if p.requires_grad}
+            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
+
+    def gated_step(self, batch: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, dict]:
+        """One step of a gated-LoRA conversion: the clean stream through the frozen base without gradient, the
+        noisy stream with the adapter (:meth:`~workbench.model.trimode.TriModeLM.noisy_stream_logits`).
+
+        * ``nld``: NLD's block-diffusion loss (Eq. 2, 1/t weights, block length drawn per batch); ``L_AR`` of
+          the frozen base is constant and skipped.
+        * ``idlm``: noisy stream all [MASK], causal inside each stride-sized block (App. E), logits shifted;
+          ``L = L_mask + ŝ · L_clean`` (Eq. 2) with ``L_clean`` the frozen base's constant AR loss, so only
+          ``L_mask`` trains.
+
+        Returns ``(loss, logs)``.
+        """
+        b = draw_block_length(self.cfg.block_lengths, g)
+        if self.cfg.objective == "idlm":
+            noisy = torch.full_like(batch, self.model.mask_token_id)
+            clean_logits, noisy_logits = self.model.noisy_stream_logits(batch, noisy, b, causal_in_block=True)
+            loss, l_mask, l_clean = idlm_loss(noisy_logits, clean_logits, batch)
+            return loss, {"train/mask_loss": l_mask, "train/clean_loss": l_clean, "train/block_length": float(b)}
+        noisy, masked, t = mask_blocks(batch, b, self.model.mask_token_id, self.cfg.t_min, g)
+        _, noisy_logits = self.model.noisy_stream_logits(batch, noisy, b)
+        l_diff = diffusion_loss(noisy_logits, batch, masked, t, averaging=self.cfg.averaging)
+        return l_diff, {"train/diff_loss": l_diff, "train/block_length": float(b)}
 
     def is_unlikelihood_step(self, step: int) -> bool:
         """Whether optimiser step ``step`` is an unlikelihood step (probability ``ul_prob``, seeded by the step)."""
@@ -160,7 +239,18 @@ class TriModeLMModule(pl.LightningModule):
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         step = self.global_step
         alpha = self.alpha_at(step)
-        if self.is_unlikelihood_step(step):
+        if self.model.gated:
+            loss, logs = self.gated_step(batch, step_generator(self.cfg.seed, step, 1))
+            self.log_dict(logs, prog_bar=True)
+        elif self.cfg.objective == "idlm":
+            g = step_generator(self.cfg.seed, step, 1)
+            b = draw_block_length(self.cfg.block_lengths, g)
+            clean_logits, noisy_logits = self.model.dual_stream_logits(
+                batch, torch.full_like(batch, self.model.mask_token_id), b, causal_in_block=True)
+            loss, l_mask, l_clean = idlm_loss(noisy_logits, clean_logits, batch)
+            self.log_dict({"train/mask_loss": l_mask, "train/clean_loss": l_clean, "train/block_length": float(b)},
+                          prog_bar=True)
+        elif self.is_unlikelihood_step(step):
             loss, logs = unlikelihood_step(self.model, batch, self.cfg, step_generator(self.cfg.seed, step, 4),
                                            self.whitespace)
             self.log_dict(logs, prog_bar=True)
@@ -183,16 +273,51 @@ class TriModeLMModule(pl.LightningModule):
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
         b = self.cfg.val_block_length
+        n = batch.shape[0]
+        if self.cfg.objective == "idlm":
+            noisy = torch.full_like(batch, self.model.mask_token_id)
+            if self.model.gated:
+                ar_logits, noisy_logits = self.model.noisy_stream_logits(batch, noisy, b, causal_in_block=True)
+            else:
+                ar_logits, noisy_logits = self.model.dual_stream_logits(batch, noisy, b, causal_in_block=True)
+            _, l_mask, l_ar = idlm_loss(noisy_logits, ar_logits, batch)
+            tau = teacher_forced_tau(noisy_logits, ar_logits, b, shifted=True)
+            self.log_dict({"val/ar_loss": l_ar, "val/mask_loss": l_mask, "val/tau_tf": tau}, batch_size=n,
+                          prog_bar=True)
+            return
         g = step_generator(self.cfg.seed, 10**9 + batch_idx, 2)
         noisy, masked, t = mask_blocks(batch, b, self.model.mask_token_id, self.cfg.t_min, g)
         # the clean half of the dual stream is the plain causal forward (tests/test_masks.py)
-        ar_logits, diff_logits = self.model.dual_stream_logits(batch, noisy, b)
+        if self.model.gated:
+            ar_logits, diff_logits = self.model.noisy_stream_logits(batch, noisy, b)
+        else:
+            ar_logits, diff_logits = self.model.dual_stream_logits(batch, noisy, b)
         l_ar = ar_loss(ar_logits, batch)
         l_diff = diffusion_loss(diff_logits, batch, masked, t)
         # unweighted masked-token cross-entropy: the easiest diffusion number to read
         ce = diffusion_loss(diff_logits, batch, masked, torch.ones_like(t))
-        n = batch.shape[0]
-        self.log_dict({"val/ar_loss": l_ar, "val/diff_loss": l_diff, "val/diff_ce": ce}, batch_size=n, prog_bar=True)
+        # fully masked blocks: how many drafts greedy verification would accept on the real text
+        full = torch.full_like(batch, self.model.mask_token_id)
+        if self.model.gated:
+            _, full_logits = self.model.noisy_stream_logits(batch, full, b)
+        else:
+            _, full_logits = self.model.dual_stream_logits(batch, full, b)
+        tau = teacher_forced_tau(full_logits, ar_logits, b, shifted=False)
+        self.log_dict({"val/ar_loss": l_ar, "val/diff_loss": l_diff, "val/diff_ce": ce, "val/tau_tf": tau},
+                      batch_size=n, prog_bar=True)
+
+    def on_validation_epoch_end(self) -> None:
+        """Decode the held-out prompts with the objective's self-speculative decoder; log ``val/tau``."""
+        if not self.val_prompts or self.cfg.objective != "nld":
+            return
+        from ..speculative.linear import linear_self_speculation
+
+        prompts = [p for p, _ in self.val_prompts]
+        res = linear_self_speculation(self.model, prompts, self.cfg.val_gen_len, self.cfg.val_draft_length,
+                                      precision="bf16" if "bf16" in str(self.cfg.precision) else "fp32")
+        cycles = sum(len(c) for c in res.committed_per_step)
+        tokens = sum(len(t) for t in res.tokens)
+        self.log("val/tau", tokens / max(1, cycles), prog_bar=True, batch_size=len(prompts))
 
     def configure_optimizers(self):
         decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
@@ -200,6 +325,28 @@ class TriModeLMModule(pl.LightningModule):
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": self.cfg.weight_decay},
                                  {"params": no_decay, "weight_decay": 0.0}], lr=self.cfg.lr, betas=(0.9, 0.95))
         return optimizer_config(opt, self.cfg.warmup_steps, self.cfg.max_steps, self.cfg.min_lr_ratio)
+
+
+def teacher_forced_tau(draft_logits: torch.Tensor, ar_logits: torch.Tensor, block_length: int,
+                       shifted: bool) -> torch.Tensor:
+    """Teacher-forced acceptance length of fully masked blocks on real text (a cheap validation estimate).
+
+    For each block, the drafts are the argmax of ``draft_logits`` ``(N, L, V)`` at its positions and the
+    verifier's tokens the argmax of the clean stream's AR logits ``ar_logits`` ``(N, L, V)`` for the same
+    targets: ``shifted=False`` (NLD, diffusion logits at ``i`` predict token ``i``, AR logits at ``i − 1``) or
+    ``shifted=True`` (I-DLM, both predict token ``i + 1``). Greedy verification accepts the longest agreeing
+    prefix ``a`` of the block; the estimate is the mean of ``a + 1`` (bonus token counted) over blocks, with
+    the first block (no clean context) skipped. Returns a scalar tensor (tokens per cycle).
+    """
+    draft = draft_logits.argmax(-1)
+    ver = ar_logits.argmax(-1)
+    if not shifted:                                     # the verifier's token for position i comes from i - 1
+        ver = torch.cat([torch.full_like(ver[:, :1], -1), ver[:, :-1]], dim=1)
+    n, length = draft.shape
+    blocks = length // block_length
+    agree = (draft[:, : blocks * block_length] == ver[:, : blocks * block_length]).view(n, blocks, block_length)
+    accepted = agree.long().cumprod(dim=-1).sum(dim=-1)[:, 1:]          # (N, blocks - 1)
+    return (accepted.float() + 1).mean()
 
 
 def draw_block_length(block_lengths: list[int], g: torch.Generator) -> int:
@@ -249,13 +396,41 @@ def build_model(cfg: LMTrainConfig):
     ``load_checkpoint`` returns an inference model in eval mode; Lightning keeps module modes as given, so
     a continuation leg is switched back to train mode here.
     """
+    if cfg.init_from and cfg.lora_rank:
+        return build_gated_model(cfg)
     if cfg.init_from:
-        model, tok, _ = load_checkpoint(cfg.init_from, add_mask_token=cfg.add_mask_token)
+        model, tok, _ = load_model(cfg.init_from, add_mask_token=cfg.add_mask_token)
         return model.train(), tok
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(cfg.seed)
     return TriModeLM(LlamaForCausalLM(preset_config(cfg.preset)), MASK_ID), byte_tokenizer()
+
+
+def build_gated_model(cfg: LMTrainConfig):
+    """The pretrained ``init_from`` with a mask token added (if its tokenizer has none; the new embedding row is
+    the mean row) and a fresh gated LoRA (seeded by ``cfg.seed``), in train mode. The base's weights
+    fingerprint, taken before the mask row is added, is kept as ``model.base_fingerprint``."""
+    from ..model.fingerprint import weights_fingerprint
+    from ..model.gated_lora import attach_gated_lora
+    from ..model.io import add_embedding_rows
+    from ..tokenizer import require_mask_token
+
+    base, tok, _ = load_model(cfg.init_from)
+    fingerprint = weights_fingerprint(base)
+    mask_id = require_mask_token(tok, add=True)
+    if mask_id >= base.backbone.get_input_embeddings().num_embeddings:
+        add_embedding_rows(base.backbone, len(tok))
+    if cfg.lora_init:
+        from ..model.load import attach_adapter
+
+        model, tok = attach_adapter(TriModeLM(base.backbone, None), tok, cfg.lora_init, trainable=True)
+    else:
+        model = TriModeLM(base.backbone, mask_id)
+        torch.manual_seed(cfg.seed)
+        attach_gated_lora(model, cfg.lora_rank, cfg.lora_alpha or 4.0 * cfg.lora_rank, tuple(cfg.lora_targets))
+    model.base_fingerprint = fingerprint
+    return model.train(), tok
 
 
 def train_lm(cfg: LMTrainConfig) -> Path:
@@ -273,8 +448,9 @@ def train_lm(cfg: LMTrainConfig) -> Path:
 
     data = LMDataModule(cfg.corpus, cfg.seq_len, cfg.batch_size, train_windows=cfg.max_steps * cfg.batch_size,
                         val_windows=cfg.val_windows, seed=cfg.seed,
-                        tokenizer=None if _t.is_byte_tokenizer(tok) else tok)
-    module = TriModeLMModule(model, cfg, frozenset(whitespace_ids(tok, model.backbone.config.vocab_size)))
+                        tokenizer=None if _t.is_byte_tokenizer(tok) else tok, train_data=cfg.train_data)
+    whitespace = frozenset(whitespace_ids(tok, model.backbone.config.vocab_size)) if cfg.ul_prob > 0 else frozenset()
+    module = TriModeLMModule(model, cfg, whitespace, validation_prompts(cfg, tok))
     ckpt_dir = out / "checkpoints"
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=cfg.checkpoint_every,
                            save_top_k=0, save_on_train_epoch_end=False)
@@ -298,9 +474,14 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     wall = time.time() - t0
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     meta = {"preset": cfg.preset if not cfg.init_from else None, "init_from": cfg.init_from,
-            "block_lengths": list(cfg.block_lengths), "train_config": asdict(cfg),
+            "block_lengths": list(cfg.block_lengths), "train_config": asdict(cfg), "objective": cfg.objective,
             "global_step": trainer.global_step, "final_metrics": metrics}
-    save_checkpoint(model, tok, out / "model", meta)
+    if model.gated:
+        from ..model.gated_lora import save_gated_adapter
+
+        save_gated_adapter(model, out / "model", {**meta, "base_fingerprint": model.base_fingerprint})
+    else:
+        save_checkpoint(model, tok, out / "model", meta)
     (out / "metrics.json").write_text(json.dumps({"global_step": trainer.global_step, "wall_s_this_run": wall,
                                                   **metrics}, indent=2) + "\n")
     if earlier_log is not None:
@@ -311,6 +492,20 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     if log_csv.exists():
         shutil.copy(log_csv, out / "model" / "training_log.csv")
     return out / "model"
+
+
+def validation_prompts(cfg: LMTrainConfig, tok) -> list[tuple[list[int], list[int]]]:
+    """``cfg.val_prompts`` held-out (prompt, real continuation) pairs from the validation split for the decoded
+    validation acceptance (prompts of up to 128 tokens; :func:`~workbench.evaluation.prompts.make_prompts`)."""
+    if not cfg.val_prompts:
+        return []
+    from ..corpus import by_split, load_corpus
+    from ..evaluation.prompts import make_prompts
+    from ..tokenizer import is_byte_tokenizer
+
+    docs = by_split(load_corpus(cfg.corpus), "validation")
+    ps = make_prompts(docs, cfg.val_prompts, 128, cfg.val_gen_len, None if is_byte_tokenizer(tok) else tok)
+    return [(list(p.prompt), list(p.real)) for p in ps]
 
 
 def _log_before(log_csv: Path, step: int):
@@ -333,7 +528,7 @@ __all__ = ["LMTrainConfig", "TriModeLMModule", "train_lm", "build_model", "unlik
 
 def main(argv: list[str]) -> int:
     """``workbench train lm --config <yaml> [--field value ...]``."""
-    from ..cli import parse_dataclass
+    from ..cli_args import parse_dataclass
 
     cfg = parse_dataclass("workbench train lm", LMTrainConfig, argv)
     print(f"model saved to {train_lm(cfg)}")

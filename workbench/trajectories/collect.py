@@ -277,7 +277,7 @@ def store_attrs(cfg: CollectConfig, model, tok, categories: list[str]) -> dict:
 
 def run_collect(cfg: CollectConfig) -> dict:
     """Collect (or resume) a store; returns counts and timings per block length."""
-    from ..evaluation.harness import load_model
+    from ..model.load import load_model
     from .store import create_store
 
     cfg.validate()
@@ -313,7 +313,7 @@ def run_collect(cfg: CollectConfig) -> dict:
 
 def main(argv: list[str]) -> int:
     """``workbench collect``."""
-    from ..cli import parse_dataclass
+    from ..cli_args import parse_dataclass
     from .store import store_info
 
     cfg = parse_dataclass("workbench collect", CollectConfig, argv)

@@ -25,7 +25,7 @@ class StoreVerifyConfig:
 
 
 def main(argv: list[str]) -> int:
-    from ..cli import parse_dataclass
+    from ..cli_args import parse_dataclass
     from .store import store_info, verify_store
 
     if not argv or argv[0] not in ("info", "verify"):
@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
     cfg = parse_dataclass("workbench store verify", StoreVerifyConfig, argv[1:])
     fp = th = None
     if cfg.model:
-        from ..evaluation.harness import load_model
+        from ..model.load import load_model
         from ..model.fingerprint import model_fingerprint, tokenizer_hash
 
         model, tok, _ = load_model(cfg.model, "cpu")

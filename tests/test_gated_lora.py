@@ -1,0 +1,191 @@
+"""Per-token gated LoRA (I-DLM App. G, Table 6) and the tri-mode conversion of a pretrained AR model."""
+import pytest
+import torch
+
+from workbench.decoding import get_policy
+from workbench.model.gated_lora import lora_positions, save_gated_adapter
+from workbench.model.load import AdapterMismatchError, attach_adapter, load_model
+from workbench.model.masks import dual_stream_allowed
+from workbench.train.lm import LMTrainConfig, build_gated_model
+
+
+def _gated(ckpt, rank=4, seed=0):
+    """A gated model on ``ckpt`` whose LoRA B matrices (zero at initialisation) and mask row are random, so
+    the adapter changes the noisy stream."""
+    model, tok = build_gated_model(LMTrainConfig(init_from=str(ckpt), lora_rank=rank, seed=seed))
+    model.eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn(p.shape, generator=g))
+    return model, tok
+
+
+def _ids(tok, n=2, length=16):
+    text = "def parse(value):\n    return json.loads(value) if value else None\n" * 3
+    ids = tok(text, add_special_tokens=False)["input_ids"][:length]
+    return torch.tensor([ids] * n)
+
+
+def test_gate_keeps_clean_positions_the_base(ar_checkpoint):
+    model, tok = _gated(ar_checkpoint)
+    base, _, _ = load_model(str(ar_checkpoint))
+    ids = _ids(tok)
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    with torch.no_grad():
+        got = model.extend(ids, model.new_cache(), valid)
+        want = base.extend(ids, base.new_cache(), valid)
+        v = want.shape[-1]
+        assert torch.equal(got[..., :v], want)                          # AR mode = the base exactly
+        assert torch.isinf(got[..., model.mask_token_id]).all()         # the added token is never picked
+        with lora_positions(model, True):                               # the adapter does change the logits
+            on = model._cached_forward(ids, model.new_cache(), valid, causal=True)
+        assert (on[..., :v] - want).abs().max() > 1e-3
+        # the clean half of the one-pass training forward is the base's causal forward
+        clean, _ = model.dual_stream_logits(ids, torch.full_like(ids, model.mask_token_id), 4)
+        assert torch.allclose(clean[..., :v], base.backbone(ids).logits, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal_in_block", [False, True])
+def test_two_pass_training_forward_equals_one_pass(ar_checkpoint, causal_in_block):
+    model, tok = _gated(ar_checkpoint)
+    ids = _ids(tok)
+    noisy = ids.clone()
+    noisy[:, 1::3] = model.mask_token_id
+    with torch.no_grad():
+        _, one = model.dual_stream_logits(ids, noisy, 4, causal_in_block)
+        clean, two = model.noisy_stream_logits(ids, noisy, 4, causal_in_block)
+    assert torch.allclose(one, two, atol=1e-5)
+    assert not clean.requires_grad
+
+
+def test_noisy_stream_gets_gradient_only_through_lora(ar_checkpoint):
+    model, tok = _gated(ar_checkpoint)
+    ids = _ids(tok)
+    noisy = torch.full_like(ids, model.mask_token_id)
+    _, logits = model.noisy_stream_logits(ids, noisy, 4)
+    logits.float().logsumexp(-1).sum().backward()
+    grads = {n for n, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert grads and all("lora_" in n or "trainable_tokens" in n for n in grads)
+
+
+def test_linear_self_speculation_on_gated_model_is_lossless(ar_checkpoint):
+    model, tok = _gated(ar_checkpoint)
+    base, _, _ = load_model(str(ar_checkpoint))
+    prompts = [list(range(5, 25)), list(range(40, 52))]
+    want = get_policy("ar_greedy")(base, prompts, 24).tokens
+    for k in (2, 5):
+        got = get_policy("ss_linear")(model, prompts, 24, draft_length=k)
+        assert got.tokens == want
+
+
+def test_adapter_round_trip_plain_peft_and_fingerprint(ar_checkpoint, tmp_path):
+    model, tok = _gated(ar_checkpoint)
+    out = save_gated_adapter(model, tmp_path / "adapter", {"base_fingerprint": model.base_fingerprint},
+                             dtype=torch.float32)
+    base, tok2, _ = load_model(str(ar_checkpoint))
+    again, _ = attach_adapter(base, tok2, out)
+    ids = _ids(tok)
+    noisy = torch.full_like(ids, model.mask_token_id)
+    with torch.no_grad():
+        assert torch.equal(model.dual_stream_logits(ids, noisy, 4)[1], again.dual_stream_logits(ids, noisy, 4)[1])
+    # plain peft reloads the weights on the base with the mask row added
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    plain = AutoModelForCausalLM.from_pretrained(ar_checkpoint)
+    plain.resize_token_embeddings(len(tok2))
+    peft_model = PeftModel.from_pretrained(plain, out)
+    ours = dict(again.backbone.named_parameters())
+    for name, p in peft_model.named_parameters():
+        if "lora_A" in name:
+            assert torch.equal(p, ours[name])
+    # other base weights: refused, naming both fingerprints
+    other, tok3, _ = load_model(str(ar_checkpoint))
+    with torch.no_grad():
+        next(other.backbone.parameters()).add_(1.0)
+    with pytest.raises(AdapterMismatchError, match=model.base_fingerprint):
+        attach_adapter(other, tok3, out)
+
+
+def test_gated_training_run_saves_adapter_only(ar_checkpoint, tmp_path, small_corpus):
+    from workbench.train.lm import train_lm
+
+    cfg = LMTrainConfig(init_from=str(ar_checkpoint), lora_rank=4, corpus=str(small_corpus), seq_len=32,
+                        batch_size=2, block_lengths=[4, 8], max_steps=4, stage1_steps=0, val_every=4,
+                        val_windows=2, val_block_length=8, val_prompts=2, val_gen_len=16, checkpoint_every=2,
+                        out_dir=str(tmp_path / "run"), progress_bar=False, precision="32-true", warmup_steps=1)
+    out = train_lm(cfg)
+    assert (out / "adapter_config.json").is_file() and not (out / "model.safetensors").exists()
+    loaded, _, meta = load_model(str(ar_checkpoint))
+    model, _ = attach_adapter(loaded, _, out)
+    assert model.gated
+    m = __import__("json").loads((out / "workbench.json").read_text())
+    assert {"val/tau", "val/tau_tf", "val/diff_ce"} <= set(m["final_metrics"])
+    # the Lightning checkpoint holds only what trains, not the frozen base
+    ck = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert ck["state_dict"] and all("lora_" in k or "trainable_tokens" in k for k in ck["state_dict"])
+
+
+def test_idlm_mask_hand_drawn():
+    # I-DLM App. E, Fig. 8a: L = 4, stride 2; index 0-3 noisy, 4-7 clean
+    got = dual_stream_allowed(4, 2, causal_in_block=True).int().tolist()
+    want = [
+        [1, 0, 0, 0, 0, 0, 0, 0],   # noisy 0 (block 0): itself only
+        [1, 1, 0, 0, 0, 0, 0, 0],   # noisy 1: causal in its block
+        [0, 0, 1, 0, 1, 1, 0, 0],   # noisy 2 (block 1): itself + clean block 0
+        [0, 0, 1, 1, 1, 1, 0, 0],   # noisy 3
+        [0, 0, 0, 0, 1, 0, 0, 0],   # clean: strictly causal, never noisy
+        [0, 0, 0, 0, 1, 1, 0, 0],
+        [0, 0, 0, 0, 1, 1, 1, 0],
+        [0, 0, 0, 0, 1, 1, 1, 1],
+    ]
+    assert got == want
+    # NLD's block is bidirectional instead
+    assert dual_stream_allowed(4, 2)[0, 1] and dual_stream_allowed(4, 2)[2, 3]
+
+
+def test_idlm_loss_hand_value_and_detached_ratio():
+    import math
+
+    from workbench.model.losses import idlm_loss
+
+    ids = torch.tensor([[0, 1, 2]])
+    mask_logits = torch.zeros(1, 3, 3, requires_grad=True)               # uniform: -log(1/3) per target
+    clean_logits = torch.tensor([[[0.0, 2.0, 0.0], [0.0, 0.0, 2.0], [0.0, 0.0, 0.0]]], requires_grad=True)
+    loss, l_mask, l_clean = idlm_loss(mask_logits, clean_logits, ids)
+    lm = math.log(3)
+    lc = -math.log(math.exp(2) / (math.exp(2) + 2))
+    assert l_mask.item() == pytest.approx(lm) and l_clean.item() == pytest.approx(lc)
+    assert loss.item() == pytest.approx(lm + (lm / lc) * lc)              # = 2 L_mask
+    loss.backward()
+    # ŝ is a constant: d/dclean = ŝ · dL_clean, d/dmask = dL_mask (no term through ŝ)
+    g_clean = torch.autograd.grad(idlm_loss(mask_logits, clean_logits, ids)[2], clean_logits)[0]
+    g_mask = torch.autograd.grad(idlm_loss(mask_logits, clean_logits, ids)[1], mask_logits)[0]
+    assert torch.allclose(clean_logits.grad, (lm / lc) * g_clean, atol=1e-6)
+    assert torch.allclose(mask_logits.grad, g_mask, atol=1e-6)
+
+
+def test_teacher_forced_tau_hand_case():
+    from workbench.train.lm import teacher_forced_tau
+
+    def onehot(ids, v=5):
+        return torch.nn.functional.one_hot(torch.tensor([ids]), v).float()
+
+    # shifted (I-DLM): blocks of 2 over 6 positions; block 0 skipped; block 1 agrees on both, block 2 on none
+    draft, ver = onehot([0, 0, 1, 2, 3, 4]), onehot([4, 4, 1, 2, 0, 0])
+    assert teacher_forced_tau(draft, ver, 2, shifted=True).item() == pytest.approx(((2 + 1) + (0 + 1)) / 2)
+    # unshifted (NLD): the verifier's token for position i is the AR argmax at i - 1
+    draft, ver = onehot([0, 0, 3, 4, 1, 1]), onehot([0, 3, 4, 0, 0, 0])
+    assert teacher_forced_tau(draft, ver, 2, shifted=False).item() == pytest.approx(((2 + 1) + (0 + 1)) / 2)
+
+
+def test_diffusion_paths_without_mask_token_name_the_flag(ar_checkpoint):
+    from workbench.tokenizer import TokenizerError
+
+    model, tok, _ = load_model(str(ar_checkpoint))
+    assert not model.has_mask_token
+    get_policy("ar_greedy")(model, [[1, 2, 3]], 4)                       # AR needs no mask token
+    with pytest.raises(TokenizerError, match="--add_mask_token"):
+        get_policy("confidence")(model, [[1, 2, 3]], 4, block_length=4)

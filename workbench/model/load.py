@@ -1,0 +1,98 @@
+"""Loading any ``--model`` value as a :class:`~workbench.model.trimode.TriModeLM`: a shipped model, a named real
+model from the cache (:mod:`workbench.model.named`), a named base with its shipped gated adapter, or a local
+Hugging Face checkpoint directory; and picking the torch device."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from .io import CheckpointError, load_checkpoint
+
+#: Written beside a gated adapter's peft files: base fingerprint, mask token, objective and training recipe.
+ADAPTER_JSON = "workbench.json"
+
+
+class AdapterMismatchError(CheckpointError):
+    """An adapter trained on other base weights (or another tokenizer) than the model it is loaded onto."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """``'auto'`` (CUDA if available, else CPU), ``'cpu'``, ``'cuda'`` or ``'cuda:N'`` as a ``torch.device``.
+
+    Raises ``ValueError`` for an unknown name or a CUDA device this torch cannot see."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"unknown device {name!r}; use 'auto', 'cpu' or 'cuda' (or 'cuda:N')") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {name!r} asked for, but this torch has no CUDA device; use --device cpu or auto")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {name!r} asked for, but only {torch.cuda.device_count()} CUDA device(s) are "
+                             "visible")
+    return dev
+
+
+def read_adapter_meta(adapter_dir) -> dict:
+    """The adapter's ``workbench.json`` (empty dict if absent)."""
+    f = Path(adapter_dir) / ADAPTER_JSON
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def attach_adapter(model, tok, adapter_dir, trainable: bool = False):
+    """Load the gated adapter in ``adapter_dir`` onto ``model`` (whose backbone is the plain base).
+
+    The base must have the weights the adapter was trained on (``base_fingerprint`` in the adapter's
+    ``workbench.json``, :func:`~workbench.model.fingerprint.weights_fingerprint` of the base before the mask
+    row was added) and the same vocabulary; otherwise :class:`AdapterMismatchError` names both fingerprints.
+    Adds the mask token the adapter was trained with when the tokenizer lacks it. Returns ``(model, tok)``.
+    """
+    from ..tokenizer import require_mask_token
+    from .fingerprint import weights_fingerprint
+    from .gated_lora import load_gated_lora
+    from .io import add_embedding_rows
+    from .trimode import TriModeLM
+
+    meta = read_adapter_meta(adapter_dir)
+    want = meta.get("base_fingerprint")
+    got = weights_fingerprint(model.backbone)
+    if want and want != got:
+        raise AdapterMismatchError(f"the adapter in {adapter_dir} was trained on base weights {want}, but the model "
+                                   f"given has weights {got}; load it on the base it was trained on")
+    mask_id = require_mask_token(tok, add=True)
+    if meta.get("mask_token_id") is not None and int(meta["mask_token_id"]) != mask_id:
+        raise AdapterMismatchError(f"the adapter in {adapter_dir} was trained with mask token id "
+                                   f"{meta['mask_token_id']}, but this tokenizer gives {mask_id}")
+    backbone = model.backbone
+    if mask_id >= backbone.get_input_embeddings().num_embeddings:
+        add_embedding_rows(backbone, len(tok))
+    dev = model.device
+    out = TriModeLM(backbone, mask_id)
+    load_gated_lora(out, adapter_dir, trainable=trainable)
+    out.backbone.to(dev)
+    return out, tok
+
+
+def load_model(spec: str, device="cpu", add_mask_token: bool = False, dtype: torch.dtype = torch.float32):
+    """Load ``spec`` → ``(TriModeLM, tokenizer, workbench_meta)``.
+
+    ``spec``: ``tiny`` / ``builtin:tiny`` (shipped), a named real model (``smollm2-135m``, fetched into the cache
+    on first use), a named base + shipped gated adapter (``smollm2-135m-trimode``), or a checkpoint directory.
+    Raises :class:`~workbench.model.io.CheckpointError` (one line) for anything that cannot be loaded.
+    """
+    from .named import resolve
+
+    path, adapter = resolve(str(spec))
+    model, tok, meta = load_checkpoint(path, add_mask_token=add_mask_token and adapter is None, device=device,
+                                       dtype=dtype)
+    if adapter is not None:
+        model, tok = attach_adapter(model, tok, adapter)
+        meta = {**meta, "adapter": str(adapter), "adapter_meta": read_adapter_meta(adapter)}
+    return model, tok, meta
+
+
+__all__ = ["load_model", "resolve_device", "attach_adapter", "read_adapter_meta", "AdapterMismatchError"]
