@@ -2,9 +2,7 @@
 import json
 import warnings
 
-import numpy as np
 import pytest
-import torch
 
 from workbench.assets import builtin_model_path
 from workbench.corpus import by_split, load_corpus

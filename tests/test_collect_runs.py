@@ -7,7 +7,6 @@ import sys
 import time
 
 import numpy as np
-import pytest
 
 from conftest import REPO, run_cli
 from workbench.trajectories.store import StoreReader, verify_store

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from workbench.decoding import get_policy
-from workbench.decoding.sampler_policy import LoadedSampler
+from workbench.sampler.policy import LoadedSampler
 from workbench.sampler.network import SamplerNet, sampler_preset, save_sampler
 
 PROMPTS = [list(range(10, 30)), list(range(40, 52))]

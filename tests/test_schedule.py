@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from workbench.train.schedule import optimizer_config, warmup_cosine
+from workbench.schedule import optimizer_config, warmup_cosine
 
 
 def test_warmup_cosine_hand_values():

@@ -19,7 +19,7 @@ import pytorch_lightning as pl
 import torch
 
 from ..model.trimode import TriModeLM
-from ..train.schedule import optimizer_config
+from ..schedule import optimizer_config
 from ..utils import step_generator
 from .attention import draft_block_logits
 from .batches import build_span_batch

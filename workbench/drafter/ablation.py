@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..report import markdown_table
+from ..evaluation.report import markdown_table
 from .evaluate import BASE
 
 ABLATION_COLUMNS = ["drafter", "mode", "method", "tau", "tau_gain", "tpf", "tpf_real", "tpf_gain", "max_accepted",

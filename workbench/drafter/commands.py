@@ -24,7 +24,7 @@ def evaluate_to(cfg: EvalOptions, model_spec: str, drafters: dict, run: Path) ->
     import time
 
     from ..model.load import load_model, resolve_device
-    from ..report import markdown_table
+    from ..evaluation.report import markdown_table
     from .evaluate import GAIN_METRICS, evaluate_drafters, gain_table, linear_methods, summarize_drafters
 
     dev = resolve_device(cfg.device)

@@ -22,7 +22,7 @@ import pytorch_lightning as pl
 import torch
 
 from ..speculative import greedy_accept
-from ..train.schedule import optimizer_config
+from ..schedule import optimizer_config
 from ..utils import step_generator
 from .draft import draft_and_verify, left_pad_prefixes
 from .losses import active_mask, block_mean, combine, expected_accepted, position_terms

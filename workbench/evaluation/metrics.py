@@ -9,6 +9,7 @@ import torch
 
 from ..decoding.base import autocast_for, left_pad
 from ..model.masks import to_additive
+from ..model.unlikelihood import repeated_ngram_starts  # noqa: F401  (re-exported)
 
 
 def agreement(a, b) -> float:
@@ -18,17 +19,6 @@ def agreement(a, b) -> float:
     if not n:
         return float("nan")
     return sum(x == y for x, y in zip(a, b)) / n
-
-
-def repeated_ngram_starts(tokens, n: int) -> list[bool]:
-    """For each start ``i`` of an ``n``-gram of ``tokens`` (a sequence of ids), whether ``tokens[i:i + n]``
-    already occurred at an earlier start of the same sequence (earlier occurrences may overlap it)."""
-    seen, out = set(), []
-    for i in range(len(tokens) - n + 1):
-        g = tuple(tokens[i:i + n])
-        out.append(g in seen)
-        seen.add(g)
-    return out
 
 
 def repetition_rate(tokens, n: int = 8) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from transformers import LlamaConfig
 
-from ..tokenizer import EOS_ID, MASK_ID
+from ..tokenizer import EOS_ID
 
 #: Byte vocabulary (256) + 3 specials, padded to a multiple of 8 for efficient matmuls.
 BYTE_MODEL_VOCAB = 264

@@ -15,7 +15,16 @@ from __future__ import annotations
 
 import torch
 
-from ..evaluation.metrics import repeated_ngram_starts
+
+def repeated_ngram_starts(tokens, n: int) -> list[bool]:
+    """For each start ``i`` of an ``n``-gram of ``tokens`` (a sequence of ids), whether ``tokens[i:i + n]``
+    already occurred at an earlier start of the same sequence (earlier occurrences may overlap it)."""
+    seen, out = set(), []
+    for i in range(len(tokens) - n + 1):
+        g = tuple(tokens[i:i + n])
+        out.append(g in seen)
+        seen.add(g)
+    return out
 
 
 def repeated_ngram_mask(tokens: torch.Tensor, n: int, skip_ids: frozenset[int] = frozenset()) -> torch.Tensor:

@@ -13,7 +13,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
-from ..train.schedule import optimizer_config
+from ..schedule import optimizer_config
 from .loss import masked_bce
 from .network import SamplerNet
 

@@ -29,7 +29,7 @@ from ..model.trimode import TriModeLM
 from ..model.unlikelihood import repeated_ngram_mask, unlikelihood_loss
 from ..tokenizer import MASK_ID, byte_tokenizer
 from ..utils import RunDirError, prepare_run_dir, step_generator
-from .schedule import optimizer_config
+from ..schedule import optimizer_config
 
 
 #: Training objectives of ``workbench train lm``.

@@ -92,7 +92,7 @@ class ThresholdObjective:
 
     def __init__(self, cfg: SweepConfig):
         from ..corpus import by_split, load_corpus
-        from ..decoding.sampler_policy import LoadedSampler
+        from ..sampler.policy import LoadedSampler
         from ..model.load import load_model, resolve_device
         from ..evaluation.prompts import make_prompts
         from ..tokenizer import is_byte_tokenizer

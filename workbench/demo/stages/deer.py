@@ -1,65 +1,14 @@
-"""The demo's drafter stages: a short LoRA drafter run for linear self-speculation (NLD §3.3) with the
-with / without adapter table, and a short DEER alignment (deer.txt §3) with its acceptance table."""
+"""Demo stage: a short DEER alignment (teacher data, Stage I, Stage II; deer.txt §3) and its acceptance table."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from .report import fmt, markdown_table
+from ...evaluation.report import markdown_table
+from ..config import DemoConfig
 
-LORA_CONFIG = Path(__file__).parent / "configs" / "lora_tiny.yaml"
-
-
-def lora_stage(model_spec: str, corpus: str, run: Path, steps: int, n_prompts: int, prompt_len: int, gen_len: int,
-               segment: int, progress_bar: bool) -> dict:
-    """Train a LoRA drafter (``configs/lora_tiny.yaml`` shortened to ``steps``) on ``model_spec`` and evaluate
-    greedy linear (k = 8) and quadratic (k = 4) self-speculation with and without it on held-out prompts,
-    real-context (context reset to the real text every ``segment`` tokens) and free-running. Writes ``run/lora/`` (training run, ``adapter/``) and ``run/lora_eval/``."""
-    from .cli_args import parse_dataclass
-    from .drafter.cli import EvalOptions
-    from .drafter.commands import evaluate_to
-    from .drafter.train import LoraTrainConfig, train_lora
-
-    tcfg = parse_dataclass("lora", LoraTrainConfig, [
-        "--config", str(LORA_CONFIG), "--init_from", str(model_spec), "--corpus", corpus,
-        "--out_dir", str(run / "lora"), "--max_steps", str(steps), "--val_every", str(max(1, steps // 2)),
-        "--val_windows", "64", "--progress_bar", str(progress_bar).lower()])
-    adapter = train_lora(tcfg)
-    ev = run / "lora_eval"
-    ev.mkdir(parents=True, exist_ok=True)
-    opts = EvalOptions(corpus=corpus, n_prompts=n_prompts, prompt_len=prompt_len, gen_len=gen_len, draft_lengths=[8],
-                       # fp32: in bf16 the (k + 1)-token verify forward rounds differently from one-token AR steps
-                       block_length=segment, precision="fp32", progress_bar=progress_bar,
-                       device="cpu")
-    r = evaluate_to(opts, str(model_spec), {"base": None, "lora": str(adapter)}, ev)
-    train = json.loads((run / "lora" / "metrics.json").read_text())
-    baseline = run / "lora" / "baseline.json"
-    train["baseline_val_tau_greedy"] = json.loads(baseline.read_text()).get("val/tau_greedy") if baseline.exists() else None
-    overall = r["gains"][r["gains"]["category"] == "all"]
-    return {"adapter": str(adapter), "steps": steps, "train": train, "overall": overall.to_dict(orient="records"),
-            "wall_s": r["wall_s"], "n_prompts": n_prompts, "gen_len": gen_len}
-
-
-def lora_section(st: dict) -> list[str]:
-    """Report section: linear self-speculation with / without the LoRA drafter."""
-    cols = ["drafter", "mode", "method", "tau", "tpf_real", "max_accepted", "share_accept_ge8", "agree_ar",
-            "tokens_per_s", "tau_gain", "tpf_real_gain"]
-    df = pd.DataFrame(st["overall"]).sort_values(["mode", "method", "drafter"])
-    tr = st["train"]
-    best, before = tr.get("best_val_tau_greedy"), tr.get("baseline_val_tau_greedy")
-    return ["## Linear self-speculation with a LoRA drafter (NLD §3.3)", "",
-            f"A LoRA adapter (r = 16, α = 64, on `o_proj`, draft pathway only) trained for {st['steps']} steps with the "
-            "LK-hybrid + CE loss (NLD Eq. 6–9) on the accepted prefix + first rejection of each draft block "
-            f"(validation greedy τ {fmt(before)} before training, {fmt(best)} at the best checkpoint). Greedy linear self-speculation (k = 8: one draft forward + one "
-            "verify forward per cycle) on "
-            f"{st['n_prompts']} held-out prompts × {st['gen_len']} tokens; τ = tokens per cycle, real TPF = τ / 2. "
-            "`agree_ar` = 1: the output is AR greedy's whatever the drafter. Results in `lora_eval/`, the adapter "
-            "(peft format) in `lora/adapter/`.", "", markdown_table(df, cols), ""]
-
-
-DEER_CONFIGS = Path(__file__).parent / "configs"
+DEER_CONFIGS = Path(__file__).parents[2] / "configs"
 
 
 def deer_stage(model_spec: str, corpus: str, run: Path, n_answers: int, stage1_steps: int, stage2_steps: int,
@@ -68,10 +17,10 @@ def deer_stage(model_spec: str, corpus: str, run: Path, n_answers: int, stage1_s
     prompts, Stage I then Stage II of a drafter made of the target's first 2 layers, then DEER decoding
     (k = 8, greedy, batch 1) vs AR, Stage I vs I+II, and linear self-speculation (with ``adapter`` if given)
     on held-out prompts. Writes ``run/deer/{teacher,stage1,stage2,eval}``."""
-    from .cli_args import parse_dataclass
-    from .deer.evaluate import DeerEvalConfig, run_deer_eval
-    from .deer.teacher import TeacherConfig, generate_teacher
-    from .deer.train import DeerTrainConfig, train_deer
+    from ...cli_args import parse_dataclass
+    from ...deer.evaluate import DeerEvalConfig, run_deer_eval
+    from ...deer.teacher import TeacherConfig, generate_teacher
+    from ...deer.train import DeerTrainConfig, train_deer
 
     root = run / "deer"
     bar = str(progress_bar).lower()
@@ -98,7 +47,7 @@ def deer_stage(model_spec: str, corpus: str, run: Path, n_answers: int, stage1_s
             "linear_adapter": adapter is not None}
 
 
-def deer_section(st: dict) -> list[str]:
+def section(st: dict) -> list[str]:
     """Report section: DEER acceptance (τ) table, Stage I vs Stage I+II, vs linear self-speculation."""
     cols = ["method", "tau", "max_accepted", "share_accept_ge8", "tpf_real", "tpf_cost", "speedup", "tokens_per_s",
             "agree_ar"]
@@ -114,3 +63,8 @@ def deer_section(st: dict) -> list[str]:
             f"{st['n_prompts']} held-out prompts × {st['gen_len']} tokens. τ = tokens per cycle; real TPF = tokens ÷ "
             "(drafter + target forwards); `tpf_cost` weighs drafter forwards by their parameter share; speedup = AR "
             "wall time ÷ wall time on the same prompts. Results in `deer/eval/`.", "", markdown_table(df, cols), ""]
+
+
+def run(cfg: DemoConfig, model_spec, run: Path, adapter: str | None) -> dict:
+    return deer_stage(str(model_spec), cfg.corpus, run, cfg.deer_answers, cfg.deer_stage1_steps, cfg.deer_stage2_steps,
+                      cfg.deer_prompts, cfg.prompt_len, cfg.gen_len, adapter, cfg.progress_bar)

@@ -1,4 +1,4 @@
-"""The demo's sampler stage (NLD §3.2, §6.1, App. A): train the attention sampler and the MLP-only
+"""Demo stage: the sampler (NLD §3.2, §6.1, App. A): train the attention sampler and the MLP-only
 ablation on the demo's trajectory store, the AUC table against the top-1-probability baseline, the
 accuracy–TPF frontiers of the confidence and sampler policies on the same held-out prompts, and a short
 Optuna threshold sweep."""
@@ -11,9 +11,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .evaluation.frontier import compare_frontiers, plot_frontiers
-from .evaluation.harness import EvalConfig, evaluate_model, summarize
-from .report import fmt, markdown_table
+from ...evaluation.frontier import compare_frontiers, plot_frontiers
+from ...evaluation.harness import EvalConfig, evaluate_model, summarize
+from ...evaluation.report import fmt, markdown_table
+
+from ..config import DemoConfig
 
 CONF_THRESHOLDS = [0.5, 0.7, 0.8, 0.9, 0.95, 0.99]
 SAMPLER_THRESHOLDS = [0.5, 0.8, 0.9, 0.97, 0.99, 0.998]
@@ -22,7 +24,7 @@ SAMPLER_THRESHOLDS = [0.5, 0.8, 0.9, 0.97, 0.99, 0.998]
 def train_demo_samplers(store: str, block_length: int, run: Path, model_spec: str, epochs: int, max_steps: int,
                         progress_bar: bool) -> dict:
     """Train the attention sampler and the MLP-only ablation (same width, depth and data)."""
-    from .sampler.train import SamplerTrainConfig, train_sampler
+    from ...sampler.train import SamplerTrainConfig, train_sampler
 
     base = SamplerTrainConfig(store=store, block_length=block_length, preset="default", d_model=128, heads=4,
                               batch_size=256, lr=1e-3, warmup_steps=50, max_epochs=epochs, max_steps=max_steps,
@@ -40,7 +42,7 @@ def train_demo_samplers(store: str, block_length: int, run: Path, model_spec: st
 
 
 def _n_params(path) -> int:
-    from .sampler.network import count_parameters, load_sampler
+    from ...sampler.network import count_parameters, load_sampler
 
     return count_parameters(load_sampler(path)[0])
 
@@ -49,7 +51,7 @@ def frontier_stage(model, tok, prompts, ecfg: EvalConfig, sampler_path: str, blo
                    decode_cache: dict | None = None) -> dict:
     """Confidence vs sampler threshold sweeps at ``block_length`` (real-context mode) on ``prompts``; runs the
     main sweep already decoded are taken from ``decode_cache`` (see :func:`evaluate_model`)."""
-    from .decoding.sampler_policy import LoadedSampler
+    from ...sampler.policy import LoadedSampler
 
     sampler = LoadedSampler.load(sampler_path, model.device)
     runs = [("real", "ar_greedy", block_length, None), ("real", "serial", block_length, None)]
@@ -78,7 +80,7 @@ def frontier_stage(model, tok, prompts, ecfg: EvalConfig, sampler_path: str, blo
 def sweep_stage(model_spec: str, sampler_path: str, run: Path, corpus: str, block_length: int, n_trials: int,
                 precision: str) -> dict:
     """A short Optuna threshold sweep of the sampler policy (SQLite storage in the run directory)."""
-    from .tune.sweep import SweepConfig, run_sweep
+    from ...tune.sweep import SweepConfig, run_sweep
 
     cfg = SweepConfig(model=model_spec, policy="sampler", sampler=sampler_path, out_dir=str(run / "sweep"),
                       n_trials=n_trials, threshold_low=0.05, threshold_high=0.99, block_lengths=[block_length],
@@ -86,7 +88,7 @@ def sweep_stage(model_spec: str, sampler_path: str, run: Path, corpus: str, bloc
     return run_sweep(cfg)
 
 
-def sampler_section(st: dict, block_length: int) -> list[str]:
+def section(st: dict, block_length: int) -> list[str]:
     """Markdown for the report."""
     s, fr = st["samplers"], st["frontier"]
     a, m = s["attention"], s["mlp"]
@@ -125,3 +127,14 @@ def sampler_section(st: dict, block_length: int) -> list[str]:
 
 
 __all__ = ["train_demo_samplers", "frontier_stage", "sweep_stage", "sampler_section", "np"]
+
+
+def run(cfg: DemoConfig, model_spec, model, tok, prompts, ecfg, run: Path, decode_cache: dict) -> dict:
+    store = str(run / "trajectories.zarr") if cfg.store is None else cfg.store
+    b = cfg.sampler_block_length
+    samplers = train_demo_samplers(store, b, run, str(model_spec), cfg.sampler_epochs, cfg.sampler_max_steps,
+                                   cfg.progress_bar)
+    fr = frontier_stage(model, tok, prompts, ecfg, samplers["attention"]["path"], b, run, decode_cache)
+    sw = sweep_stage(str(model_spec), samplers["attention"]["path"], run, cfg.corpus, b, cfg.sweep_trials,
+                     cfg.precision) if cfg.sweep_trials > 0 else None
+    return {"samplers": samplers, "frontier": fr, "sweep": sw}

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from ..trajectories.features import block_features, step_record
-from .base import DecodeError, DecodeResult
-from .diffusion import diffusion_decode
-from .rules import most_confident
+from ..decoding.base import DecodeError, DecodeResult
+from ..decoding.diffusion import diffusion_decode
+from ..decoding.rules import most_confident
 
 
 @dataclass
@@ -36,7 +36,7 @@ class LoadedSampler:
     def load(cls, path: str | Path, device="cpu") -> "LoadedSampler":
         """Load a sampler directory written by ``workbench train sampler`` (weights, ``sampler.json``,
         ``token_pca.npy``). Raises ``FileNotFoundError`` / ``ValueError`` with a one-line reason."""
-        from ..sampler.network import load_sampler
+        from .network import load_sampler
 
         net, cfg, meta = load_sampler(path)
         pca_file = Path(path) / "token_pca.npy"

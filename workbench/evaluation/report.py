@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .evaluation.harness import MODE_NAMES  # noqa: E402
+from .harness import MODE_NAMES  # noqa: E402
 
 
 def fmt(x, digits: int = 3) -> str:

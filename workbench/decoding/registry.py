@@ -1,0 +1,115 @@
+"""The decoder registry: every decoder registers a :class:`DecoderSpec` by name, from its own package.
+
+The core decoding package registers the decoders it implements (AR, block diffusion). A higher-level package
+registers its own in a module named ``decoders`` (``workbench/speculative/decoders.py``,
+``workbench/deer/decoders.py``, ...); :func:`load_decoders` imports every such module it finds, so this
+package never imports a higher one and a decoder added later appears in ``workbench leaderboard`` (and
+anywhere else that lists :data:`DECODERS`) without any edit there.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+from dataclasses import dataclass
+from typing import Callable
+
+from .base import DecodeError, DecodeResult, stop_at_eos
+
+#: What a decoder's setting sweeps over in the leaderboard.
+SWEEPS = ("none", "block_length", "block_length+threshold", "draft_length")
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """A registered decoder.
+
+    Attributes:
+        name: registry name (``--policy`` / leaderboard row).
+        decode: ``decode(model, prompts, gen_len, **options) -> DecodeResult``.
+        family: ``"ar"``, ``"diffusion"`` (block diffusion of the model itself) or ``"speculative"`` (draft and
+            verify).
+        sweep: the setting the leaderboard sweeps (one of :data:`SWEEPS`): nothing, the block length B, B and
+            the confidence threshold τ, or the draft length k.
+        block_commits: tokens become final a whole block at a time (block diffusion); decides how
+            :func:`~workbench.decoding.base.stop_at_eos` recounts forwards.
+        lossless: the decoder claims output equal to AR greedy of the target at temperature 0.
+        ceiling: the SOL ceiling that applies: ``"serial"`` (diffusion policies), ``"ar_greedy"`` (lossless
+            self-speculation) or ``None``.
+        needs: name of an artefact option the decoder cannot run without (``sampler``, ``drafter``) or None.
+        needs_hint: the command that makes that artefact (quoted in the error when it is missing).
+        temperature: the decoder samples (its ``temperature`` option must be > 0).
+        real_context: the decoder also runs in real-context mode (every segment conditioned on the real text).
+        description: one line for listings.
+    """
+
+    name: str
+    decode: Callable[..., DecodeResult]
+    family: str = "diffusion"
+    sweep: str = "none"
+    block_commits: bool = False
+    lossless: bool = False
+    ceiling: str | None = None
+    needs: str | None = None
+    needs_hint: str | None = None
+    temperature: bool = False
+    real_context: bool = True
+    description: str = ""
+
+    def __post_init__(self):
+        if self.sweep not in SWEEPS:
+            raise ValueError(f"decoder {self.name}: unknown sweep {self.sweep!r}; valid: {', '.join(SWEEPS)}")
+
+
+#: Registered decoders by name.
+DECODERS: dict[str, DecoderSpec] = {}
+_loaded = False
+
+
+def register_decoder(spec: DecoderSpec) -> DecoderSpec:
+    """Add ``spec`` to :data:`DECODERS` (a later registration under the same name replaces it)."""
+    DECODERS[spec.name] = spec
+    return spec
+
+
+def load_decoders() -> dict[str, DecoderSpec]:
+    """Import the ``decoders`` module of every ``workbench`` sub-package that has one (once), so that every
+    decoder is registered; returns :data:`DECODERS`."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        root = __name__.split(".")[0]                     # 'workbench', imported without a static edge
+        for info in pkgutil.iter_modules(importlib.import_module(root).__path__):
+            if info.ispkg and importlib.util.find_spec(f"{root}.{info.name}.decoders") is not None:
+                importlib.import_module(f"{root}.{info.name}.decoders")
+    return DECODERS
+
+
+def get_decoder(name: str) -> DecoderSpec:
+    """The :class:`DecoderSpec` of ``name``; raises :class:`DecodeError` listing the valid names."""
+    if name not in DECODERS:
+        load_decoders()
+    if name not in DECODERS:
+        raise DecodeError(f"unknown decoder {name!r}; valid: {', '.join(sorted(DECODERS))}")
+    return DECODERS[name]
+
+
+def get_policy(name: str) -> Callable[..., DecodeResult]:
+    """The decode function of decoder ``name``; raises :class:`DecodeError` listing the valid names.
+
+    The function takes ``(model, prompts, gen_len, **options)``; with ``eos_id=<id>`` a free-running decode
+    (no ``real_continuation``) stops each row at that token, as ``generate`` does
+    (:func:`~workbench.decoding.base.stop_at_eos`)."""
+    spec = get_decoder(name)
+
+    def decode(model, prompts, gen_len, eos_id: int | None = None, **kw) -> DecodeResult:
+        res = spec.decode(model, prompts, gen_len, **kw)
+        if eos_id is None or kw.get("real_continuation") is not None:
+            return res
+        return stop_at_eos(res, eos_id, kw.get("block_length") if spec.block_commits else None)
+
+    decode.__doc__ = spec.decode.__doc__
+    return decode
+
+
+__all__ = ["DecoderSpec", "DECODERS", "SWEEPS", "register_decoder", "load_decoders", "get_decoder", "get_policy"]

@@ -1,0 +1,14 @@
+"""Registers the learned-sampler decoder (NLD §3.2, App. A) in :mod:`workbench.decoding.registry`."""
+from ..decoding.registry import DecoderSpec, register_decoder
+
+
+def _sampler(model, prompts, gen_len, block_length: int, threshold: float = 0.5, sampler=None, **kw):
+    from .policy import sampler_decode
+
+    return sampler_decode(model, prompts, gen_len, block_length, threshold=threshold, sampler=sampler, **kw)
+
+
+register_decoder(DecoderSpec("sampler", _sampler, sweep="block_length+threshold", block_commits=True,
+                             ceiling="serial", needs="sampler",
+                             needs_hint="workbench train sampler --store <trajectory store>",
+                             description="block diffusion, commit where the 4-layer sampler's probability ≥ τ"))

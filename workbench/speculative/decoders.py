@@ -1,0 +1,32 @@
+"""Registers linear and quadratic self-speculation (NLD §3.3, App. C) in :mod:`workbench.decoding.registry`."""
+from ..decoding.registry import DecoderSpec, register_decoder
+
+
+def _draft_length(kw: dict) -> int:
+    """Self-speculation draft length k: ``draft_length`` if given, else the harness's ``block_length``
+    (NLD sweeps self-speculation by its block length), else 8."""
+    kw.pop("threshold", None)
+    k = kw.pop("draft_length", None)
+    return int(k if k is not None else kw.get("block_length") or 8)
+
+
+def _ss_linear(model, prompts, gen_len, **kw):
+    from .linear import linear_self_speculation
+
+    k = _draft_length(kw)
+    return linear_self_speculation(model, prompts, gen_len, draft_length=k, **kw)
+
+
+def _ss_quadratic(model, prompts, gen_len, **kw):
+    from .quadratic import quadratic_self_speculation
+
+    k = _draft_length(kw)
+    return quadratic_self_speculation(model, prompts, gen_len, draft_length=k, **kw)
+
+
+register_decoder(DecoderSpec("ss_linear", _ss_linear, family="speculative", sweep="draft_length", lossless=True,
+                             ceiling="ar_greedy", description="linear self-speculation: diffusion draft, AR verify "
+                             "(two forwards per cycle; NLD §3.3)"))
+register_decoder(DecoderSpec("ss_quadratic", _ss_quadratic, family="speculative", sweep="draft_length",
+                             lossless=True, ceiling="ar_greedy", description="quadratic self-speculation: draft and "
+                             "verify in one forward (NLD App. C)"))
