@@ -123,6 +123,13 @@ def test_gated_training_run_saves_adapter_only(ar_checkpoint, tmp_path, small_co
     assert model.gated
     m = __import__("json").loads((out / "workbench.json").read_text())
     assert {"val/tau", "val/tau_tf", "val/diff_ce"} <= set(m["final_metrics"])
+    # a later leg continues from the adapter (lora_init): same weights, trainable again
+    cont, _ = build_gated_model(LMTrainConfig(init_from=str(ar_checkpoint), lora_rank=4, lora_init=str(out)))
+    ids = torch.arange(3, 19)[None]
+    noisy = torch.full_like(ids, model.mask_token_id)
+    with torch.no_grad():
+        assert torch.equal(cont.eval().dual_stream_logits(ids, noisy, 4)[1], model.dual_stream_logits(ids, noisy, 4)[1])
+    assert any(p.requires_grad for n, p in cont.named_parameters() if "lora_" in n)
     # the Lightning checkpoint holds only what trains, not the frozen base
     ck = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert ck["state_dict"] and all("lora_" in k or "trainable_tokens" in k for k in ck["state_dict"])

@@ -225,3 +225,57 @@ def test_sol_linear_ss_is_free_running(small_corpus, tmp_path):
     free_cycles = [len(c) for c in free.committed_per_step]
     assert ss["cycles"].tolist() == free_cycles
     assert sum(len(c) for c in segmented.committed_per_step) > sum(free_cycles)   # the bias the reset would add
+
+
+def _random_model(seed, vocab=3):
+    """Predictions that are a fixed pseudo-random function of the block state (top ids in 1..vocab)."""
+    def fn(s):
+        g = torch.Generator().manual_seed(hash((seed, tuple(int(x) for x in s))) % (2**31))
+        return torch.randint(1, vocab + 1, (len(s),), generator=g), torch.rand(len(s), generator=g)
+    return fn
+
+
+def test_greedy_acceptance_and_sol_against_brute_force():
+    """NLD §4.1: greedy acceptance (fallback: commit the most confident position) finishes every block with the
+    serial target; neither it nor compaction beats the exhaustive optimum, and on the hand case all three agree."""
+    from workbench.sol.search import greedy_acceptance, optimal_forwards
+
+    table = table_model(CASE)
+
+    def fn(s):                                   # states the hand case does not list: every argmax is right
+        key = tuple(int(x) for x in s)
+        return table(s) if key in CASE else (torch.tensor([1, 2, 3]), torch.full((3,), 0.5))
+
+    t, _ = drive(serial(3, M), fn)
+    (g_f, fallbacks), _ = drive(greedy_acceptance(torch.full((3,), M), t, M), fn)
+    res, _ = drive(compaction(torch.full((3,), M), t, M, 1, Budget(5000)), fn)
+    assert (g_f, fallbacks) == (2, 1) and res.forwards == 2 and optimal_forwards(t, M, fn) == 2
+    for seed in range(40):
+        fn = _random_model(seed)
+        for b in (3, 4):
+            t, _ = drive(serial(b, M), fn)
+            opt = optimal_forwards(t, M, fn)
+            (g_f, _), _ = drive(greedy_acceptance(torch.full((b,), M), t, M), fn)
+            res, _ = drive(compaction(torch.full((b,), M), t, M, 1, Budget(5000)), fn)
+            block, _ = drive(solve_block(b, M), fn)
+            assert 1 <= opt <= block["sol_forwards"] <= block["greedy_forwards"] == g_f <= b
+            assert block["sol_forwards"] == min(g_f, res.forwards) and res.success
+
+
+def test_greedy_acceptance_counts_every_block(micro_model):
+    """The run summary averages greedy acceptance over every block (plain-greedy failures included, each
+    finished with its fallbacks), so it cannot exceed SOL by dropping the hard blocks."""
+    import pandas as pd
+
+    from workbench.sol.run import summarize_blocks
+
+    rows = []
+    for b in (4, 8):
+        rows += run_sol(micro_model, [list(range(5, 30)), list(range(40, 60))], b, 16 // b, 0)
+    blocks = pd.DataFrame([{k: v for k, v in r.items() if not isinstance(v, (list, torch.Tensor))} for r in rows])
+    s = summarize_blocks(blocks, ["block_length"]).set_index("block_length")
+    for b in (4, 8):
+        sel = blocks[blocks["block_length"] == b]
+        assert s.loc[b, "greedy_acceptance"] == pytest.approx(sel["block_length"].sum() / sel["greedy_forwards"].sum())
+        assert s.loc[b, "greedy_acceptance"] <= s.loc[b, "sol_acceptance"] + 1e-9
+        assert s.loc[b, "greedy_acceptance"] <= b

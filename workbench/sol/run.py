@@ -95,8 +95,7 @@ def summarize_blocks(blocks: pd.DataFrame, by: list[str]) -> pd.DataFrame:
         "sol_acceptance": g["block_length"].sum() / g["sol_forwards"].sum(),
         "sol_real_tpf": g["block_length"].sum() / g["sol_real_forwards"].sum(),
         "greedy_success_rate": g["greedy_success"].mean(),
-        "greedy_acceptance": blocks[blocks["greedy_success"]].groupby(by)["block_length"].sum()
-        / blocks[blocks["greedy_success"]].groupby(by)["greedy_forwards"].sum(),
+        "greedy_acceptance": g["block_length"].sum() / g["greedy_forwards"].sum(),     # every block (NLD §4.1)
         "confidence_tpf": g["block_length"].sum() / g["confidence_forwards"].sum(),
         "confidence_equals_target": g["confidence_equals_target"].mean(),
         "forced_commits_per_block": g["forced_commits"].mean(),
@@ -232,7 +231,7 @@ def plot_sol(summary: pd.DataFrame, overall: pd.DataFrame, out: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for col, label in [("sol_acceptance", "SOL (compaction)"), ("sol_real_tpf", "SOL real TPF"),
-                       ("greedy_acceptance", "greedy (successful blocks)"), ("confidence_tpf", "confidence τ"),
+                       ("greedy_acceptance", "greedy acceptance (NLD §4.1)"), ("confidence_tpf", "confidence τ"),
                        ("linear_ss_acceptance", "linear SS τ"), ("linear_ss_real_tpf", "linear SS real TPF"),
                        ("linear_ss_lora_acceptance", "linear SS + LoRA τ")]:
         if col in overall:

@@ -17,7 +17,8 @@ from .search import solve_block
 
 def run_sol(model, prompts: list[list[int]], block_length: int, n_blocks: int, pad_id: int, depth: int = 1,
             budget: int = 5000, threshold: float = 0.9, max_rows: int = 256, precision: str = "fp32",
-            progress=None, speculative_checks: bool | None = None) -> list[dict]:
+            progress=None, speculative_checks: bool | None = None,
+            targets: list[list[int]] | None = None) -> list[dict]:
     """SOL measurements for ``n_blocks`` consecutive blocks of every prompt.
 
     Args:
@@ -37,6 +38,8 @@ def run_sol(model, prompts: list[list[int]], block_length: int, n_blocks: int, p
             Default: on for a CUDA model with ``max_rows > 1``. On the 2-core CPU it does not pay: on 16
             tiny-model blocks at B = 32 it halves the rounds (375 → 175) but runs 1.8× the states
             (1,774 → 3,149), and a CPU forward is compute-bound already at a few states.
+        targets: per prompt, ``n_blocks · B`` tokens to reproduce instead of the serial target (SOL(AR greedy):
+            AR greedy's continuation); block ``b``'s slice is its target and becomes the next block's context.
 
     Returns one dict per (prompt, block) with the fields of :func:`~workbench.sol.search.solve_block` plus
     ``prompt_index``, ``block_index``, ``block_length`` and ``wall_s`` (this block's share of the
@@ -50,7 +53,11 @@ def run_sol(model, prompts: list[list[int]], block_length: int, n_blocks: int, p
     out: list[dict] = []
 
     def start(r: int) -> None:
-        g = solve_block(block_length, m, depth, budget, threshold, speculative=speculative)
+        t = None
+        if targets is not None:
+            b0 = block_idx[r] * block_length
+            t = torch.tensor(targets[r][b0:b0 + block_length], dtype=torch.long)
+        g = solve_block(block_length, m, depth, budget, threshold, speculative=speculative, target=t)
         gens[r], pending[r] = g, next(g)
         wall[r] = 0.0
 

@@ -418,14 +418,14 @@ def build_gated_model(cfg: LMTrainConfig):
 
     base, tok, _ = load_model(cfg.init_from)
     fingerprint = weights_fingerprint(base)
-    mask_id = require_mask_token(tok, add=True)
-    if mask_id >= base.backbone.get_input_embeddings().num_embeddings:
-        add_embedding_rows(base.backbone, len(tok))
-    if cfg.lora_init:
+    if cfg.lora_init:                       # a later leg: the adapter adds its own mask row and checks the base
         from ..model.load import attach_adapter
 
-        model, tok = attach_adapter(TriModeLM(base.backbone, None), tok, cfg.lora_init, trainable=True)
+        model, tok = attach_adapter(base, tok, cfg.lora_init, trainable=True)
     else:
+        mask_id = require_mask_token(tok, add=True)
+        if mask_id >= base.backbone.get_input_embeddings().num_embeddings:
+            add_embedding_rows(base.backbone, len(tok))
         model = TriModeLM(base.backbone, mask_id)
         torch.manual_seed(cfg.seed)
         attach_gated_lora(model, cfg.lora_rank, cfg.lora_alpha or 4.0 * cfg.lora_rank, tuple(cfg.lora_targets))
