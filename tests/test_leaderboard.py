@@ -1,0 +1,97 @@
+"""``workbench leaderboard``: every registered decoder against the SOL ceilings on one prompt set."""
+import pandas as pd
+import pytest
+
+from conftest import run_cli
+from workbench.decoding import DecodeError
+from workbench.decoding.registry import DECODERS, DecoderSpec, register_decoder
+from workbench.leaderboard import LeaderboardConfig
+from workbench.leaderboard.run import run_leaderboard
+
+
+def _cfg(ckpt, corpus, out, **kw):
+    base = dict(model=str(ckpt), corpus=str(corpus), n_prompts=3, prompt_len=48, gen_len=16, block_lengths=[4, 8],
+                thresholds=[0.9], precision="fp32", batch_size=4, out_dir=str(out), progress_bar=False,
+                skip_missing=True, sol_budget=200)
+    return LeaderboardConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def board(micro_checkpoint, small_corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("lb") / "board"
+    df, path = run_leaderboard(_cfg(micro_checkpoint, small_corpus, out))
+    return df, path
+
+
+def test_table_files_and_rows(board):
+    df, out = board
+    for f in ("leaderboard.parquet", "leaderboard.md", "leaderboard.png", "ceilings.parquet", "config.json"):
+        assert (out / f).is_file(), f
+    assert not (out.parent / "board.partial").exists()
+    ok = df[df["status"] == "ok"]
+    assert set(ok["mode"]) == {"real", "free"}
+    assert {"ar_greedy", "ar_sample", "confidence", "serial", "ss_linear", "ss_quadratic"} <= set(ok["decoder"])
+    # every decoder that claims to be lossless is lossless in fp32
+    claims = ok[ok["claims_lossless"]]
+    assert len(claims) and claims["lossless"].all(), claims[["decoder", "mode", "block_length", "agree_ar"]]
+    # AR is the unit of both TPFs; no row beats B (B + 1 for a cycle with its bonus token)
+    ar = ok[ok["decoder"] == "ar_greedy"]
+    assert (ar["tpf"] == 1.0).all() and (ar["cost_tpf"] == 1.0).all() and (ar["speedup"] == 1.0).all()
+    diff = ok[ok["family"] == "diffusion"]
+    assert (diff["tpf"] <= diff["block_length"] + 1e-9).all()
+    spec = ok[ok["family"] == "speculative"]
+    assert (spec["tpf"] <= spec["block_length"] + 1 + 1e-9).all() and spec["tau"].notna().all()
+    # missing artefacts are rows that say how to make them
+    missing = df[df["status"].str.startswith("missing")]
+    assert set(missing["decoder"]) == {"sampler", "deer"}
+    assert missing["status"].str.contains("workbench train").all()
+
+
+def test_ceilings_on_the_same_prompts(board):
+    df, out = board
+    c = pd.read_parquet(out / "ceilings.parquet")
+    assert set(c["ceiling"]) == {"serial", "ar_greedy"} and set(c["block_length"]) == {4, 8}
+    assert (c["greedy"] <= c["sol"] + 1e-9).all() and (c["sol"] <= c["block_length"]).all()
+    free = df[(df["status"] == "ok") & (df["mode"] == "free") & df["ceiling"].notna()]
+    assert set(free["ceiling"]) == {"serial", "ar_greedy"}
+    assert (free["distance"] == free["tpf"] / free["ceiling_tpf"]).all()
+    # the serial decoder reproduces the serial target: its ceiling is at least its own tpf of 1
+    assert (free[free["decoder"] == "serial"]["distance"] <= 1.0 + 1e-9).all()
+
+
+def test_a_decoder_registered_later_appears_without_an_edit(micro_checkpoint, small_corpus, tmp_path):
+    def twice(model, prompts, gen_len, **kw):
+        return DECODERS["ar_greedy"].decode(model, prompts, gen_len, **kw)
+
+    register_decoder(DecoderSpec("test_ar_copy", twice, family="ar", lossless=True))
+    try:
+        df, _ = run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "b", decoders=["ar_greedy", "test_ar_copy"],
+                                     modes=["free"], sol=False))
+    finally:
+        del DECODERS["test_ar_copy"]
+    row = df[df["decoder"] == "test_ar_copy"].iloc[0]
+    assert row["status"] == "ok" and row["lossless"]
+
+
+def test_bad_input(micro_checkpoint, small_corpus, tmp_path):
+    with pytest.raises(DecodeError, match="valid: .*ar_greedy"):
+        run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "x", decoders=["nope"]))
+    with pytest.raises(ValueError, match="workbench train sampler"):
+        run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "y", decoders=["sampler"], skip_missing=False))
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    r = run_cli("leaderboard", "--model", str(micro_checkpoint), "--decoders", "[nope]", "--out_dir", str(tmp_path / "z"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "valid:" in r.stderr
+    assert not (tmp_path / "z").exists()
+
+
+def test_interrupted_run_leaves_nothing(micro_checkpoint, small_corpus, tmp_path, monkeypatch):
+    import workbench.leaderboard.run as lb
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lb, "leaderboard_markdown", boom, raising=False)
+    monkeypatch.setattr("workbench.leaderboard.report.leaderboard_markdown", boom)
+    with pytest.raises(KeyboardInterrupt):
+        run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "out", decoders=["ar_greedy"], sol=False))
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()

@@ -1,0 +1,42 @@
+"""The two SOL ceilings on the leaderboard's own prompts (NLD §4.1), free-running.
+
+* **SOL(serial)**: the search of ``workbench sol``: each block's target is the serial target, which becomes the
+  next block's context. The ceiling of the diffusion decoders (confidence, sampler).
+* **SOL(AR greedy)**: the same search with AR greedy's continuation as the target (block ``b`` of it is the
+  target, the blocks before it the context): the most tokens per forward any commit schedule of the diffusion
+  mode could reach while reproducing AR greedy. The ceiling of the lossless speculative decoders.
+
+Each is reported per B as acceptance = Σ B ÷ Σ SOL forwards, with the greedy-acceptance baseline (NLD §4.1)
+beside it.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from ..sol.runner import run_sol
+
+
+def sol_ceilings(model, prompts: list[list[int]], lengths: list[int], gen_len: int, pad_id: int,
+                 ar_tokens: list[list[int]] | None, precision: str, budget: int = 5000) -> pd.DataFrame:
+    """One row per (ceiling, B): ``ceiling`` ('serial' or 'ar_greedy'), ``block_length``, ``sol`` (acceptance),
+    ``greedy`` (greedy acceptance), ``blocks``. ``ar_tokens``: AR greedy's ``gen_len`` tokens per prompt
+    (None: SOL(AR greedy) is skipped)."""
+    rows = []
+    for b in lengths:
+        n_blocks = gen_len // b
+        runs = {"serial": None}
+        if ar_tokens is not None:
+            runs["ar_greedy"] = [list(t[:n_blocks * b]) for t in ar_tokens]
+        for name, targets in runs.items():
+            if targets is not None and any(len(t) < n_blocks * b for t in targets):
+                continue                         # AR greedy stopped early (EOS): not a full target
+            recs = run_sol(model, prompts, b, n_blocks, pad_id, budget=budget, precision=precision, targets=targets)
+            blocks = sum(1 for _ in recs)
+            rows.append({"ceiling": name, "block_length": b, "blocks": blocks,
+                         "sol": b * blocks / sum(r["sol_forwards"] for r in recs),
+                         "greedy": b * blocks / sum(r["greedy_forwards"] for r in recs),
+                         "compaction": b * blocks / sum(r["compaction_forwards"] for r in recs)})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["sol_ceilings"]

@@ -1,0 +1,85 @@
+"""Options of ``workbench leaderboard`` (every field settable from YAML or the command line)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..decoding.base import DecodeError, check_threshold
+
+MODES = ("real", "free")
+
+
+@dataclass
+class LeaderboardConfig:
+    """One table of every registered decoder against the SOL ceilings, on the same prompts."""
+
+    model: str = "builtin:tiny"
+    """The target: a shipped model ('tiny'), a named real model ('smollm2-135m-trimode'; `workbench models list`)
+    or a checkpoint directory."""
+    corpus: str = "stdlib"
+    """Corpus of the held-out prompts ('stdlib', a directory of source files, or a .txt / .jsonl file)."""
+    split: str = "test"
+    """Corpus split of the prompts."""
+    n_prompts: int = 16
+    """Prompts (at most one per file, spread over categories)."""
+    prompt_len: int = 128
+    """Maximum prompt length (tokens; prompts end at a line boundary)."""
+    gen_len: int = 64
+    """Tokens generated per prompt (a multiple of every block length)."""
+    block_lengths: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
+    """Block lengths B of the diffusion decoders; also the draft lengths k of the speculative decoders (NLD
+    sweeps self-speculation by its block length) and the segment length of the real-context mode."""
+    thresholds: list[float] = field(default_factory=lambda: [0.5, 0.7, 0.9, 0.95])
+    """Confidence thresholds τ of the decoders that sweep one (confidence, sampler)."""
+    modes: list[str] = field(default_factory=lambda: ["real", "free"])
+    """Context modes: 'real' (every segment of B tokens conditioned on the real text) and 'free'."""
+    decoders: list[str] = field(default_factory=list)
+    """Decoders to run (default: every registered one)."""
+    temperature: float = 1.0
+    """Temperature of the sampling decoders (ar_sample)."""
+    sampler: str | None = None
+    """Trained sampler directory (`workbench train sampler`) for the sampler decoder."""
+    drafter: str | None = None
+    """DEER drafter checkpoint (`workbench train deer`) for the deer decoder."""
+    adapter: str | None = None
+    """LoRA drafter adapter (`workbench train lora`): the self-speculative decoders also run with it."""
+    skip_missing: bool = False
+    """A decoder whose artefact (sampler, drafter) is not given gets a row whose status says why, instead of
+    an error."""
+    sol: bool = True
+    """Compute the two SOL ceilings on the same prompts (free-running)."""
+    sol_budget: int = 5000
+    """Simulation forwards per block of the SOL search (NLD: 5000)."""
+    batch_size: int = 16
+    """Prompts decoded together in lockstep."""
+    precision: str = "bf16"
+    """'bf16' (autocast) or 'fp32'. Lossless decoders are exact in fp32; in bf16 their verify forward rounds
+    differently from AR's one-token steps, and the agreement column shows how much that costs."""
+    device: str = "auto"
+    """'cpu', 'cuda' or 'auto'."""
+    add_mask_token: bool = False
+    """Add a [MASK] token (and resize the embeddings) when the checkpoint's tokenizer has none."""
+    out_dir: str = "runs/leaderboard"
+    """Result directory: leaderboard.parquet, leaderboard.md, leaderboard.png, config.json (built in
+    ``<out_dir>.partial`` and moved into place at the end)."""
+    progress_bar: bool = True
+    """Show a progress bar."""
+
+    def validate(self) -> None:
+        """Raise a one-line ``ValueError`` / ``DecodeError`` for an inconsistent configuration."""
+        if not self.modes or any(m not in MODES for m in self.modes):
+            raise ValueError(f"--modes must be a non-empty list of {', '.join(MODES)}, got {self.modes}")
+        if not self.block_lengths:
+            raise ValueError("--block_lengths is empty")
+        for b in self.block_lengths:
+            if b <= 0 or self.gen_len % b:
+                raise DecodeError(f"block length {b} must be positive and divide --gen_len {self.gen_len}")
+        for t in self.thresholds:
+            check_threshold(t)
+        if self.n_prompts <= 0 or self.prompt_len <= 0 or self.batch_size <= 0:
+            raise ValueError("--n_prompts, --prompt_len and --batch_size must be positive")
+        if not self.temperature > 0:
+            raise ValueError(f"--temperature must be > 0, got {self.temperature}")
+        if self.precision not in ("bf16", "fp32"):
+            raise ValueError(f"unknown precision {self.precision!r}; valid: bf16, fp32")
+        if self.sol_budget < 1:
+            raise ValueError(f"--sol_budget must be ≥ 1, got {self.sol_budget}")

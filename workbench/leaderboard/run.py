@@ -1,0 +1,236 @@
+"""``workbench leaderboard``: decode every registered decoder on one prompt set and write the table.
+
+Output (``out_dir``, built in ``<out_dir>.partial`` and moved into place at the end):
+
+* ``leaderboard.parquet``: one row per decoder × mode × setting with the columns of
+  :mod:`workbench.leaderboard.columns`, ``speedup`` (tokens/s over AR greedy's in the same mode, process,
+  dtype and thread count, after one untimed warm-up decode), ``ceiling`` / ``ceiling_tpf`` / ``distance``
+  (tpf ÷ the SOL ceiling that applies, free-running rows), and ``status`` ('ok', or why the row is missing);
+* ``ceilings.parquet``: SOL(serial) and SOL(AR greedy) per B with their greedy baselines;
+* ``leaderboard.md``, ``leaderboard.png`` (TPF against agreement with AR greedy, ceilings as lines), ``config.json``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from ..decoding.base import DecodeError, stop_at_eos
+from ..decoding.registry import DecoderSpec, get_decoder, load_decoders
+from ..evaluation.harness import decode_prompts
+from ..evaluation.metrics import whitespace_ids
+from ..utils import check_out_dir, staged_dir
+from .columns import row_columns
+from .config import LeaderboardConfig
+from .rows import Setting, grid
+
+
+def _specs(cfg: LeaderboardConfig) -> list[DecoderSpec]:
+    """The decoders to run: ``cfg.decoders`` (unknown names raise :class:`DecodeError` listing the valid
+    ones) or every registered one."""
+    load_decoders()
+    from ..decoding.registry import DECODERS
+
+    names = cfg.decoders or sorted(DECODERS)
+    return [get_decoder(n) for n in names]
+
+
+def _artefacts(cfg: LeaderboardConfig, specs: list[DecoderSpec], model, tok) -> tuple[dict, dict]:
+    """Load each decoder's artefact (``needs``); returns ``(artefacts by decoder, missing reasons by decoder)``.
+    Without ``skip_missing`` a missing artefact raises ``ValueError`` naming the command that makes it."""
+    given = {"sampler": cfg.sampler, "drafter": cfg.drafter}
+    loaded, missing = {}, {}
+    for spec in specs:
+        if spec.needs is None:
+            continue
+        path = given.get(spec.needs)
+        if not path:
+            why = (f"the {spec.name} decoder needs --{spec.needs} <path>; make one with `{spec.needs_hint}`"
+                   + ("" if cfg.skip_missing else ", or pass --skip_missing true"))
+            if not cfg.skip_missing:
+                raise ValueError(why)
+            missing[spec.name] = why
+            continue
+        if not Path(path).exists():
+            raise FileNotFoundError(f"--{spec.needs} {path} does not exist; make it with `{spec.needs_hint}`")
+        loaded[spec.name] = spec.load(path, model, tok)
+    return loaded, missing
+
+
+def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_cache: dict | None = None
+                    ) -> tuple[pd.DataFrame, Path]:
+    """Run the leaderboard and write ``cfg.out_dir``; returns ``(table, out_dir)``.
+
+    ``model`` / ``tokenizer``: an already loaded target (else ``cfg.model`` is loaded). ``decode_cache``: a dict
+    shared with :func:`~workbench.evaluation.harness.evaluate_model` (same keys): a run already decoded there on
+    the same prompts, precision and batch size is reused, not decoded again.
+    Raises one-line ``ValueError`` / ``DecodeError`` / ``FileNotFoundError`` for bad input, before any decoding.
+    """
+    from ..corpus import by_split, load_corpus
+    from ..evaluation.harness import check_sweep_fits
+    from ..evaluation.prompts import make_prompts
+    from ..model.load import load_model, resolve_device
+    from ..tokenizer import is_byte_tokenizer
+
+    cfg.validate()
+    check_out_dir(cfg.out_dir)
+    specs = _specs(cfg)
+    meta = None
+    if model is None:
+        model, tokenizer, meta = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
+    check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
+    artefacts, missing = _artefacts(cfg, specs, model, tokenizer)
+    adapter_model = None
+    if cfg.adapter:
+        from ..speculative.adapter import load_adapter
+
+        adapter_model = load_adapter(load_model(cfg.model, model.device, cfg.add_mask_token)[0], cfg.adapter).eval()
+    enc = None if is_byte_tokenizer(tokenizer) else tokenizer
+    prompts = make_prompts(by_split(load_corpus(cfg.corpus), cfg.split), cfg.n_prompts, cfg.prompt_len,
+                           cfg.gen_len, enc)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    eos = tokenizer.eos_token_id
+    ws = whitespace_ids(tokenizer, model.backbone.config.vocab_size)
+    ratio = 0.0
+    if "deer" in artefacts:
+        ratio = sum(p.numel() for p in artefacts["deer"].backbone.parameters()) / \
+            sum(p.numel() for p in model.backbone.parameters())
+    cache = {} if decode_cache is None else decode_cache
+    same = (tuple((p.prompt_id, len(p.real)) for p in prompts), cfg.precision, cfg.batch_size)
+    settings = grid([s for s in specs if s.name not in missing], cfg.modes, cfg.block_lengths, cfg.thresholds,
+                    adapter_model is not None)
+
+    def decode(st: Setting):
+        spec = get_decoder(st.decoder)
+        kw = {"precision": cfg.precision, "block_length": st.length}
+        if st.threshold is not None:
+            kw["threshold"] = st.threshold
+        if spec.sweep == "draft_length":
+            kw["draft_length"] = st.length
+        knob = st.threshold
+        if spec.temperature:
+            kw["temperature"] = knob = cfg.temperature
+        if st.decoder in artefacts:
+            kw[spec.needs] = artefacts[st.decoder]
+        key = (st.mode, st.decoder, st.length, knob, same)
+        cacheable = st.decoder not in artefacts and not st.adapter
+        if cacheable and key in cache:
+            return cache[key]
+        m = adapter_model if st.adapter else model
+        res = decode_prompts(m, st.decoder, prompts, st.mode, cfg.batch_size, pad, **kw)
+        if cacheable:
+            cache[key] = res
+        return res
+
+    if settings and (settings[0].mode, settings[0].decoder, settings[0].length, None, same) not in cache:
+        decode_prompts(model, settings[0].decoder, prompts[:cfg.batch_size], settings[0].mode, cfg.batch_size, pad,
+                       precision=cfg.precision, block_length=settings[0].length)       # warm-up, not timed
+    t0 = time.time()
+    results, rows = {}, []
+    bar = tqdm(settings, desc="leaderboard", disable=not cfg.progress_bar)
+    for st in bar:
+        bar.set_postfix_str(f"{st.mode} {st.label}" + (f" B={st.length}" if st.length else "")
+                            + (f" τ={st.threshold}" if st.threshold is not None else ""))
+        spec = get_decoder(st.decoder)
+        base = {"decoder": st.label, "mode": st.mode, "block_length": st.length or 0,
+                "threshold": st.threshold if st.threshold is not None else math.nan, "family": spec.family,
+                "claims_lossless": spec.lossless}
+        try:
+            res = decode(st)
+        except DecodeError as e:
+            rows.append({**base, "status": f"not run: {e}"})
+            continue
+        full = res
+        if st.mode == "free" and eos is not None:
+            res = stop_at_eos(res, eos, st.length if spec.block_commits else None)
+        results[st] = (res, full)
+        ar = _ref(results, "ar_greedy", st)
+        serial = _ref(results, "serial", st)
+        rows.append({**base, **row_columns(spec, st.length, res, ar, serial, ws, ratio), "status": "ok"})
+    for name, why in missing.items():
+        spec = get_decoder(name)
+        rows.append({"decoder": name, "mode": "", "block_length": 0, "threshold": math.nan, "family": spec.family,
+                     "claims_lossless": spec.lossless, "status": f"missing: {why}"})
+    df = pd.DataFrame(rows)
+    df = _speedup(df)
+    ceilings = pd.DataFrame()
+    if cfg.sol and "free" in cfg.modes and model.has_mask_token:
+        ar_free = next((full for st, (_, full) in results.items() if st.decoder == "ar_greedy" and st.mode == "free"),
+                       None)
+        ceilings = sol_ceilings_for(model, prompts, cfg, pad, ar_free)
+        df = _distance(df, ceilings, specs)
+    wall = time.time() - t0
+    from .report import leaderboard_markdown, plot_leaderboard
+
+    with staged_dir(cfg.out_dir) as out:
+        df.to_parquet(out / "leaderboard.parquet", index=False)
+        ceilings.to_parquet(out / "ceilings.parquet", index=False)
+        (out / "leaderboard.md").write_text(leaderboard_markdown(df, ceilings, cfg, len(prompts)))
+        plot_leaderboard(df, ceilings, out / "leaderboard.png")
+        (out / "config.json").write_text(json.dumps({**asdict(cfg), "wall_s": wall, "n_prompts_used": len(prompts)},
+                                                    indent=2) + "\n")
+    return df, Path(cfg.out_dir)
+
+
+def sol_ceilings_for(model, prompts, cfg: LeaderboardConfig, pad: int, ar_free) -> pd.DataFrame:
+    """:func:`~workbench.leaderboard.ceilings.sol_ceilings` on the leaderboard's prompts."""
+    from .ceilings import sol_ceilings
+
+    return sol_ceilings(model, [list(p.prompt) for p in prompts], cfg.block_lengths, cfg.gen_len, pad,
+                        ar_free.tokens if ar_free is not None else None, cfg.precision, cfg.sol_budget)
+
+
+def _ref(results: dict, name: str, st: Setting):
+    """The reference decode for row ``st``: AR greedy / serial in the same mode (real-context: same segment
+    length; free-running AR: its single row)."""
+    for key, (res, _) in results.items():
+        if key.decoder == name and key.mode == st.mode and not key.adapter:
+            if name == "ar_greedy" and (st.mode == "free" or key.length == st.length):
+                return res
+            if name == "serial" and key.length == st.length:
+                return res
+    return None
+
+
+def _speedup(df: pd.DataFrame) -> pd.DataFrame:
+    """``speedup``: tokens/s ÷ AR greedy's tokens/s in the same mode (real-context: same segment length)."""
+    if "tokens_per_s" not in df:
+        return df
+    ar = df[(df["decoder"] == "ar_greedy") & (df["status"] == "ok")]
+    out = []
+    for _, r in df.iterrows():
+        ref = ar[(ar["mode"] == r["mode"]) & ((r["mode"] == "free") | (ar["block_length"] == r["block_length"]))]
+        out.append(r["tokens_per_s"] / ref["tokens_per_s"].iloc[0] if len(ref) and r["status"] == "ok" else math.nan)
+    return df.assign(speedup=out)
+
+
+def _distance(df: pd.DataFrame, ceilings: pd.DataFrame, specs: list[DecoderSpec]) -> pd.DataFrame:
+    """``ceiling``, ``ceiling_tpf``, ``distance`` = tpf ÷ ceiling for free-running rows whose decoder names one."""
+    by = {s.name: s.ceiling for s in specs}
+    name, value = [], []
+    for _, r in df.iterrows():
+        c = by.get(str(r["decoder"]).split("+")[0])
+        hit = ceilings[(ceilings["ceiling"] == c) & (ceilings["block_length"] == r["block_length"])] \
+            if c and len(ceilings) and r["mode"] == "free" else []
+        name.append(c if len(hit) else None)
+        value.append(float(hit["sol"].iloc[0]) if len(hit) else math.nan)
+    df = df.assign(ceiling=name, ceiling_tpf=value)
+    return df.assign(distance=df["tpf"] / df["ceiling_tpf"]) if "tpf" in df else df
+
+
+def main(argv: list[str]) -> int:
+    """``workbench leaderboard --config <yaml> [--field value ...]``."""
+    from ..cli_args import parse_dataclass
+
+    cfg = parse_dataclass("workbench leaderboard", LeaderboardConfig, argv)
+    df, out = run_leaderboard(cfg)
+    ok = df[df["status"] == "ok"]
+    print(ok[["decoder", "mode", "block_length", "threshold", "tpf", "cost_tpf", "tau", "agree_ar", "lossless",
+              "speedup"]].to_string(index=False))
+    print(f"leaderboard: {out / 'leaderboard.md'}")
+    return 0
