@@ -37,7 +37,7 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["heldout"]["unigram_nats_per_token"] > 0
     assert set(metrics["timing_s"]) == {"corpus", "heldout", "evaluation", "collection", "sampler", "lora", "sol", "deer",
-                                        "total"}
+                                        "leaderboard", "total"}
     report = (out / "report.md").read_text()
     assert "Headline" in report and "unigram baseline" in report
     # the free-running degeneration check: greedy, diffusion, sampling and real rows, and a verdict
@@ -66,6 +66,14 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
     assert "DEER" in report and (out / "deer" / "eval" / "by_category.parquet").exists()
     deer = pd.read_parquet(out / "deer" / "eval" / "by_category.parquet")
     assert {"ar", "deer", "deer_stage1", "linear_ss"} <= set(deer["method"]) and (deer["agree_ar"] == 1.0).all()
+    # the leaderboard (issue 21): the report's first table, every decoder, lossless claims hold in fp32
+    assert report.index("## Leaderboard") < report.index("## Corpus")
+    board = pd.read_parquet(out / "leaderboard" / "leaderboard.parquet")
+    ok = board[board["status"] == "ok"]
+    assert {"ar_greedy", "confidence", "serial", "ss_linear", "ss_linear+lora", "ss_quadratic", "deer", "sampler"} \
+        <= set(ok["decoder"])
+    assert ok[ok["claims_lossless"]]["lossless"].all()
+    assert "MLP-only ablation scored as NLD App. A" in report
 
 
 def test_shipped_legs_chain():

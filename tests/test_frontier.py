@@ -34,3 +34,13 @@ def test_compare_frontiers_ratio():
     r = {round(m["accuracy"], 3): m["tpf_ratio"] for m in c["matched_accuracy"]}
     assert r[0.8] == pytest.approx(1.5) and r[1.0] == pytest.approx(1.0)
     assert c["area_sampler"] > c["area_confidence"]
+
+
+def test_area_is_exact_and_does_not_depend_on_a_grid():
+    # front (1, 1.0) -> (2, 0.5) -> (3, 0.5): mean over [1, 4] = (0.75 + 0.5 + 0) / 3 exactly
+    f = pd.DataFrame({"tpf": [1.0, 2.0, 3.0], "accuracy": [1.0, 0.5, 0.5]})
+    assert area_under_front(f, 1.0, 4.0) == pytest.approx(1.25 / 3, abs=1e-12)
+    # adding a point that lies on the interpolated line changes nothing
+    g = pd.DataFrame({"tpf": [1.0, 1.5, 2.0, 3.0], "accuracy": [1.0, 0.75, 0.5, 0.5]})
+    assert area_under_front(g, 1.0, 4.0) == pytest.approx(area_under_front(f, 1.0, 4.0), abs=1e-12)
+    assert area_under_front(f, 1.3, 2.7) == pytest.approx(((0.85 + 0.5) / 2 * 0.7 + 0.5 * 0.7) / 1.4, abs=1e-12)

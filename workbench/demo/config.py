@@ -89,6 +89,16 @@ class DemoConfig:
     """Stage II optimiser steps of the demo's DEER drafter."""
     deer_prompts: int = 8
     """Held-out prompts of the DEER evaluation (batch 1)."""
+    leaderboard: bool = True
+    """Run the leaderboard (every registered decoder against the SOL ceilings): the report's headline table."""
+    leaderboard_prompts: int = 12
+    """Held-out prompts of the leaderboard stage."""
+    leaderboard_gen_len: int = 64
+    """Tokens per prompt in the leaderboard stage (a multiple of every SOL block length)."""
+    leaderboard_thresholds: list[float] = field(default_factory=lambda: [0.7, 0.9])
+    """Confidence / sampler thresholds of the leaderboard stage."""
+    leaderboard_precision: str = "fp32"
+    """Precision of the leaderboard stage (fp32: lossless decoders are exact; see the leaderboard's docs)."""
     heldout_windows: int = 128
     """Validation windows (256 tokens) for the held-out loss."""
     batch_size: int = 16
@@ -109,7 +119,8 @@ def check_stage_options(cfg: DemoConfig) -> None:
     """The later stages' options, checked before any work: the collection and SOL configs the stages will run
     (their own ``validate``) and the sampler's block length. Raises ``ValueError`` naming the stage."""
     stages = [("collection (--collect_*)", cfg.collect, lambda: collect_config(cfg, cfg.model, "unused")),
-              ("SOL (--sol_*)", cfg.sol, lambda: sol_config(cfg, "unused"))]
+              ("SOL (--sol_*)", cfg.sol, lambda: sol_config(cfg, "unused")),
+              ("leaderboard (--leaderboard_*)", cfg.leaderboard, lambda: leaderboard_config(cfg, cfg.model, "unused"))]
     for name, enabled, make in stages:
         if enabled:
             try:
@@ -143,3 +154,16 @@ def sol_config(cfg: DemoConfig, out_dir: str, adapter: str | None = None):
     return SolConfig(model=cfg.model, corpus=cfg.corpus, n_prompts=cfg.sol_prompts, prompt_len=cfg.prompt_len,
                      gen_len=cfg.sol_gen_len, block_lengths=list(cfg.sol_block_lengths), out_dir=out_dir,
                      precision=cfg.precision, progress_bar=cfg.progress_bar, adapter=adapter)
+
+
+def leaderboard_config(cfg: DemoConfig, model_spec, out_dir: str, sampler: str | None = None,
+                       drafter: str | None = None, adapter: str | None = None):
+    """The leaderboard stage's :class:`~workbench.leaderboard.config.LeaderboardConfig`, writing ``out_dir``."""
+    from ..leaderboard.config import LeaderboardConfig
+
+    return LeaderboardConfig(model=str(model_spec), corpus=cfg.corpus, n_prompts=cfg.leaderboard_prompts,
+                             prompt_len=cfg.prompt_len, gen_len=cfg.leaderboard_gen_len,
+                             block_lengths=list(cfg.sol_block_lengths), thresholds=list(cfg.leaderboard_thresholds),
+                             modes=list(cfg.modes), sampler=sampler, drafter=drafter, adapter=adapter,
+                             skip_missing=True, precision=cfg.leaderboard_precision, batch_size=cfg.batch_size,
+                             device=cfg.device, out_dir=out_dir, progress_bar=cfg.progress_bar)

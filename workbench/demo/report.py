@@ -8,7 +8,7 @@ from ..evaluation.harness import MODE_NAMES
 from ..evaluation.report import fmt, markdown_table
 from . import stages
 from .config import HEADLINE, TARGETS
-from .stages import collection, deer, lora, sampler, sol  # noqa: F401
+from .stages import collection, deer, leaderboard, lora, sampler, sol  # noqa: F401
 
 
 def headline(summary: pd.DataFrame) -> dict:
@@ -87,6 +87,8 @@ def report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curve
              f"Device {metrics['device']}, {metrics['threads']} threads, precision {cfg.precision}. "
              f"Total time {metrics['timing_s']['total']:.0f} s "
              f"({', '.join(f'{k} {v:.0f} s' for k, v in metrics['timing_s'].items() if k != 'total')}).", ""]
+    if metrics.get("leaderboard"):
+        lines += stages.leaderboard.section(metrics["leaderboard"])
     if metrics.get("context_warning"):
         lines += [f"**Warning:** {metrics['context_warning']}.", ""]
     lines += ["## Corpus", "",

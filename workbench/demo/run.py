@@ -31,7 +31,7 @@ from . import stages
 from .config import TARGETS, DemoConfig, check_stage_options
 from .report import degeneration, headline, report
 from .retrain import retrain
-from .stages import collection, deer, lora, sampler, sol  # noqa: F401  (stages.<name>.run below)
+from .stages import collection, deer, leaderboard, lora, sampler, sol  # noqa: F401  (stages.<name>.run below)
 
 
 def run_demo(cfg: DemoConfig) -> Path:
@@ -109,12 +109,15 @@ def run_demo(cfg: DemoConfig) -> Path:
         adapter = lora["adapter"] if lora else None
         sol_stage = timed("sol", stages.sol.run, cfg, model, tok, run, adapter) if cfg.sol else None
         deer = timed("deer", stages.deer.run, cfg, model_spec, run, adapter) if cfg.deer else None
+        board = timed("leaderboard", stages.leaderboard.run, cfg, model_spec, model, tok, run, adapter,
+                      sampler_stage["samplers"]["attention"]["path"] if sampler_stage else None,
+                      deer["drafter"] if deer else None) if cfg.leaderboard else None
         headline_numbers = headline(summary)
         metrics = {"model": str(model_spec), "parameters": n_params, "heldout": held, "splits": split_stats,
                    "n_prompts": len(prompts), "context_warning": context_warning, "headline": headline_numbers,
                    "free_running": degeneration(summary),
                    "targets": TARGETS, "collection": collection, "sampler": sampler_stage, "sol": sol_stage,
-                   "lora": lora, "deer": deer,
+                   "lora": lora, "deer": deer, "leaderboard": board,
                    "timing_s": {"corpus": t_corpus, "heldout": t_held, "evaluation": t_eval, **stage_s,
                                 "total": time.time() - t_start},
                    "device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,

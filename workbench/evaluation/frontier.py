@@ -41,14 +41,24 @@ def accuracy_at_tpf(front: pd.DataFrame, tpf: float, y: str = "accuracy") -> flo
 
 
 def area_under_front(front: pd.DataFrame, lo: float, hi: float, y: str = "accuracy") -> float:
-    """Mean accuracy of the interpolated front over TPF ∈ [lo, hi] (trapezoid; beyond the front's
-    largest TPF the accuracy counts as 0, below its smallest as its first accuracy)."""
+    """Mean accuracy of the front over TPF ∈ [lo, hi], independent of any numerical grid.
+
+    The front is interpolated linearly between its points (mixing the two settings of a segment across prompts
+    reaches any point on it, in expectation), kept at its first accuracy below its smallest TPF and 0 beyond
+    its largest TPF (no setting reaches that speed); the piecewise-linear function is integrated exactly over
+    its breakpoints. A denser threshold grid can only add points to the front; it does not change how the
+    area between two given points is computed. NaN for an empty front or ``hi ≤ lo``."""
     if hi <= lo or len(front) == 0:
         return float("nan")
-    grid = np.linspace(lo, hi, 512)
-    xs, ys = front["tpf"].to_numpy(float), front[y].to_numpy(float)
-    vals = np.where(grid > xs.max(), 0.0, np.interp(grid, xs, ys))
-    return float(np.trapezoid(vals, grid) / (hi - lo))
+    f = front.sort_values("tpf")
+    xs, ys = f["tpf"].to_numpy(float), f[y].to_numpy(float)
+    xmax = xs.max()
+    cuts = sorted({lo, hi, *[x for x in xs if lo < x < hi], *([xmax] if lo < xmax < hi else [])})
+    area = 0.0
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        if b <= xmax:                                        # inside the front: trapezoid is exact on a line
+            area += 0.5 * (np.interp(a, xs, ys) + np.interp(b, xs, ys)) * (b - a)
+    return float(area / (hi - lo))
 
 
 def compare_frontiers(conf: pd.DataFrame, samp: pd.DataFrame, y: str = "accuracy") -> dict:

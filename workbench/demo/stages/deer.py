@@ -43,6 +43,7 @@ def deer_stage(model_spec: str, corpus: str, run: Path, n_answers: int, stage1_s
                                        device="cpu", out_dir=str(root / "eval"), progress_bar=progress_bar))
     table = pd.read_parquet(out / "by_category.parquet")
     return {"overall": table[table["category"] == "all"].to_dict(orient="records"), "n_answers": n_answers,
+            "drafter": str(s2), "stage1_drafter": str(s1),
             "stage1_steps": stage1_steps, "stage2_steps": stage2_steps, "n_prompts": n_prompts, "gen_len": gen_len,
             "linear_adapter": adapter is not None}
 
