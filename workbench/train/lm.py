@@ -463,12 +463,18 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     last = ckpt_dir / "last.ckpt"
     resuming = cfg.resume and last.exists()
     log_csv = out / "logs" / "version_0" / "metrics.csv"
-    # Lightning's CSVLogger deletes an existing metrics.csv when it starts: keep the interrupted run's rows
+    # Lightning's CSVLogger deletes an existing metrics.csv when it starts: the rows of every interrupted run
+    # before the resume point go to history.csv first, so any number of interruptions loses nothing
     # (the checkpoint is memory-mapped: only its global_step is read here, Lightning restores the rest)
+    history = log_csv.parent / "history.csv"
     earlier_log = None
-    if resuming and log_csv.exists():
+    if resuming:
         step = torch.load(last, map_location="cpu", weights_only=False, mmap=True)["global_step"]
-        earlier_log = _log_before(log_csv, step)
+        earlier_log = _log_before([history, log_csv], step)
+        if earlier_log is not None:
+            tmp = history.with_suffix(".csv.partial")
+            earlier_log.to_csv(tmp, index=False)
+            tmp.replace(history)
     t0 = time.time()
     trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
     wall = time.time() - t0
@@ -489,6 +495,7 @@ def train_lm(cfg: LMTrainConfig) -> Path:
 
         parts = [earlier_log] + ([pd.read_csv(log_csv)] if log_csv.exists() else [])
         pd.concat(parts, ignore_index=True).to_csv(log_csv, index=False)
+        history.unlink(missing_ok=True)
     if log_csv.exists():
         shutil.copy(log_csv, out / "model" / "training_log.csv")
     return out / "model"
@@ -508,12 +515,16 @@ def validation_prompts(cfg: LMTrainConfig, tok) -> list[tuple[list[int], list[in
     return [(list(p.prompt), list(p.real)) for p in ps]
 
 
-def _log_before(log_csv: Path, step: int):
-    """Rows of a Lightning CSV log written before optimiser step ``step`` (the resume point; later rows are
-    replayed by the resumed run) as a DataFrame."""
+def _log_before(logs: list[Path], step: int):
+    """Rows of the Lightning CSV logs ``logs`` (earlier runs' history first) written before optimiser step
+    ``step`` (the resume point; later rows are replayed by the resumed run) as one DataFrame, or None if no
+    log exists yet."""
     import pandas as pd
 
-    log = pd.read_csv(log_csv)
+    parts = [pd.read_csv(f) for f in logs if f.exists() and f.stat().st_size]
+    if not parts:
+        return None
+    log = pd.concat(parts, ignore_index=True)
     return log[log["step"] < step]
 
 
