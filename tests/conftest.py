@@ -83,3 +83,25 @@ def ar_checkpoint(tmp_path_factory) -> Path:
     LlamaForCausalLM(cfg).save_pretrained(out)
     fast.save_pretrained(out)
     return out
+
+
+from contextlib import contextmanager  # noqa: E402
+
+
+@contextmanager
+def stop_lightning_at(step: int):
+    """Every Lightning ``Trainer`` made inside stops at ``max_steps = step`` (a run interrupted there: its
+    checkpoint and log stay, the schedule keeps its full length)."""
+    import pytorch_lightning as pl
+
+    orig = pl.Trainer.__init__
+
+    def short(self, *args, **kw):
+        kw["max_steps"] = step
+        orig(self, *args, **kw)
+
+    pl.Trainer.__init__ = short
+    try:
+        yield
+    finally:
+        pl.Trainer.__init__ = orig

@@ -177,21 +177,12 @@ def test_train_lora_end_to_end(tmp_path, micro_checkpoint, small_corpus, capsys)
 
 
 def test_resume_equals_uninterrupted(tmp_path, micro_checkpoint, small_corpus):
-    import pytorch_lightning as pl
+    from conftest import stop_lightning_at
 
     train_lora(_cfg(tmp_path, micro_checkpoint, small_corpus, "a"))
     cfg_b = _cfg(tmp_path, micro_checkpoint, small_corpus, "b")
-    orig = pl.Trainer.__init__
-
-    def short(self, *args, **kw):
-        kw["max_steps"] = 3
-        orig(self, *args, **kw)
-
-    pl.Trainer.__init__ = short
-    try:
+    with stop_lightning_at(3):
         train_lora(cfg_b)
-    finally:
-        pl.Trainer.__init__ = orig
     train_lora(cfg_b)
     sa = torch.load(tmp_path / "a" / "checkpoints" / "last.ckpt", weights_only=False)
     sb = torch.load(tmp_path / "b" / "checkpoints" / "last.ckpt", weights_only=False)

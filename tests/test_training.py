@@ -1,9 +1,9 @@
 """Lightning LM training: two-stage schedule, checkpoint directory, resume."""
-import json
 
 import pytest
 import torch
 
+from conftest import stop_lightning_at
 from workbench.cli_args import parse_dataclass
 from workbench.model.io import load_checkpoint
 from workbench.train.lm import LMTrainConfig, TriModeLMModule, build_model, train_lm
@@ -64,21 +64,9 @@ def test_resume_equals_uninterrupted(tmp_path, small_corpus, extra, stop):
     cfg_b = _cfg(tmp_path / "b", small_corpus, max_steps=20, stage1_steps=4, val_every=100, checkpoint_every=stop,
                  precision="32-true", **extra)
     cfg_b.max_time = None
-    # first leg: stop after 6 steps by training with max_steps=6 but the same schedule length
-    import pytorch_lightning as pl
-    from workbench.train import lm as lm_mod
-
-    orig = pl.Trainer.__init__
-
-    def short(self, *args, **kw):
-        kw["max_steps"] = stop
-        orig(self, *args, **kw)
-
-    pl.Trainer.__init__ = short
-    try:
+    # first leg: stop after ``stop`` steps by training with max_steps=stop but the same schedule length
+    with stop_lightning_at(stop):
         train_lm(cfg_b)
-    finally:
-        pl.Trainer.__init__ = orig
     assert (tmp_path / "b" / "run" / "checkpoints" / "last.ckpt").exists()
     b = train_lm(cfg_b)
     ma, _, meta_a = load_checkpoint(a)
@@ -143,22 +131,13 @@ def test_log_survives_two_interruptions(tmp_path, small_corpus):
     """Killed after step 8 and again after step 16, then resumed to 24: the training log holds every row of the
     uninterrupted run (it used to keep only the rows after the last resume point)."""
     import pandas as pd
-    import pytorch_lightning as pl
 
     kw = dict(max_steps=24, stage1_steps=4, val_every=4, checkpoint_every=8, precision="32-true")
     a = train_lm(_cfg(tmp_path / "a", small_corpus, **kw))
     cfg_b = _cfg(tmp_path / "b", small_corpus, **kw)
-    orig = pl.Trainer.__init__
     for stop in (8, 16):
-        def short(self, *args, _stop=stop, **k):
-            k["max_steps"] = _stop
-            orig(self, *args, **k)
-
-        pl.Trainer.__init__ = short
-        try:
+        with stop_lightning_at(stop):
             train_lm(cfg_b)
-        finally:
-            pl.Trainer.__init__ = orig
     b = train_lm(cfg_b)
     log_a, log_b = pd.read_csv(a / "training_log.csv"), pd.read_csv(b / "training_log.csv")
     assert log_b["step"].tolist() == log_a["step"].tolist()

