@@ -1,0 +1,184 @@
+"""Introspective strided decoding (I-DLM §3.2, Algorithm 1, App. F), batched, with the introspection fused into the
+next stride's forward so that every step is one forward.
+
+State per row (as in :mod:`workbench.speculative.context`): the verified prefix in the KV cache, the last verified
+token ``x`` not yet cached, and possibly ``N − 1`` pending proposals ``d_1..d_{N−1}`` for the positions after ``x``.
+Every step runs one strictly causal forward over ``2N − 1`` tokens:
+
+* a row **with** proposals (a P step): ``[x, d_1..d_{N−1}, M_1..M_{N−1}]``. The logits at ``x, d_1..d_{N−1}``
+  (clean positions: with a gated LoRA, the base model) are the causal anchors ``p_1..p_N``: ``p_j`` verifies
+  ``d_j``, ``p_N`` gives the bonus token. The masks, which see the proposals, propose the next
+  ``d'_1..d'_{N−1}``, valid only if every proposal is accepted;
+* a row **without** (an NP step, at the start and after a rejection): ``[x, M_1..M_{2N−2}]``: the logits at ``x``
+  give the exact next token (an AR prediction, always accepted), and ``M_1..M_{N−1}`` propose the tokens after it
+  (the remaining masks pad the row to the batch's shape and are ignored).
+
+Mask slot ``j`` sits one position after the token it follows and, by the logit shift, predicts the token one
+position *after* its own (a mask at position ``i`` predicts ``x_{i+1}``), exactly as the I-DLM training mask makes
+it (noisy position ``i`` sees clean tokens before its stride-sized block and earlier masks of the block).
+
+**Acceptance** (Algorithm 1, lines 15–28): at temperature 0, a proposal is accepted iff it is the anchor's argmax,
+the first rejection emits the anchor's argmax, and a fully accepted step emits the bonus token: the output equals
+AR greedy of the anchors' model token for token. At temperature T > 0 proposals are the argmax of the masks'
+logits (as the paper's engine does), i.e. drawn from a point mass ``q = δ_d``; min(1, p/q) then accepts ``d`` with
+probability ``p(d)`` and a rejection resamples from normalize(max(0, p − q)), so every emitted token is
+distributed as a draw from ``p = softmax(anchor / T)`` (Leviathan et al. 2023). ``proposal="sample"`` draws
+``d ~ q = softmax(mask logits / T)`` instead.
+
+**KV cache**: only the accepted tokens' keys are kept (clean positions, so with a gated LoRA they are the base's
+keys); rejected proposals and every mask are punched out or cropped.
+
+**Lossless R-ISD** (App. G): with a per-token gated LoRA, clean positions run the base model only and, by strict
+causality, never attend to a mask, so the anchors are exactly the base model's AR distributions.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..decoding.base import DecodeError, DecodeResult
+from ..model.gated_lora import lora_positions
+from ..speculative.accept import greedy_accept, speculative_accept
+from ..speculative.context import SpecContext
+from ..speculative.driver import Tally, masked_draft_logits, run_speculation
+
+
+def isd_tpf(accept: list[float]) -> float:
+    """I-DLM Eq. 3: expected tokens per forward of ISD at stride ``N = len(accept) + 1``.
+
+    ``accept[k − 1]`` = p_k, the acceptance probability of the k-th strided proposal (k = 1..N−1), so
+    ``P_k = Π_{j ≤ k} p_j`` and ``TPF_N = (2 + P_1 + … + P_{N−2}) / (2 − P_{N−1})``. Raises ``ValueError`` for
+    fewer than one probability or one outside [0, 1].
+    """
+    if not accept or any(not 0.0 <= p <= 1.0 for p in accept):
+        raise ValueError(f"need N − 1 ≥ 1 acceptance probabilities in [0, 1], got {accept}")
+    cum, c = [], 1.0
+    for p in accept:
+        c *= p
+        cum.append(c)
+    return (2.0 + sum(cum[:-1])) / (2.0 - cum[-1])
+
+
+class ISDSpeculator:
+    """The steps of ISD at stride ``N`` (see the module docstring); plugs into
+    :func:`~workbench.speculative.driver.run_speculation`."""
+
+    def __init__(self, model, stride: int, temperature: float, generator: torch.Generator, proposal: str = "argmax"):
+        self.model, self.n, self.temperature, self.generator, self.proposal = model, stride, temperature, generator, proposal
+        self.draft: torch.Tensor | None = None          # (rows, N − 1) pending proposals
+        self.has: torch.Tensor | None = None            # (rows,) bool: the row has pending proposals
+        self.q: torch.Tensor | None = None              # (rows, N − 1, V) their distributions (sampled proposals)
+        #: per proposal slot j (0-based), proposals verified and accepted there (for Eq. 3)
+        self.verified = [0] * (stride - 1)
+        self.accepted = [0] * (stride - 1)
+
+    def start(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> None:
+        """A segment starts with a propose-only (NP) step: no pending proposals."""
+        n = ctx.last.shape[0]
+        self.draft = torch.zeros((n, self.n - 1), dtype=torch.long, device=ctx.last.device)
+        self.has = torch.zeros(n, dtype=torch.bool, device=ctx.last.device)
+        self.q = None
+
+    def _propose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Proposals ``(rows, N − 1)`` from mask logits ``(rows, N − 1, V)`` and the distribution they came from
+        (``None`` at temperature 0)."""
+        z = masked_draft_logits(logits, self.model.mask_token_id)
+        if self.temperature <= 0:
+            return z.argmax(-1), None
+        if self.proposal == "argmax":
+            d = z.argmax(-1)
+            return d, torch.nn.functional.one_hot(d, z.shape[-1]).float()
+        q = torch.softmax(z / self.temperature, dim=-1)
+        rows, k, v = q.shape
+        return torch.multinomial(q.reshape(rows * k, v), 1, generator=self.generator).reshape(rows, k), q
+
+    def cycle(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> list[list[int]]:
+        m, n = self.model, self.n
+        rows = ctx.last.shape[0]
+        dev = ctx.last.device
+        masks = torch.full((rows, 2 * n - 2), m.mask_token_id, dtype=torch.long, device=dev)
+        body = torch.where(self.has[:, None], self.draft, masks[:, : n - 1])
+        ids = torch.cat([ctx.last[:, None], body, masks[:, : n - 1]], dim=1)        # (rows, 2N − 1)
+        kv = ctx.with_new(2 * n - 1)
+        with lora_positions(m, ids == m.mask_token_id):      # gated LoRA: masks propose, clean positions are the base
+            logits = m._cached_forward(ids, ctx.cache, kv, causal=True).float()
+        tally.count(active)
+        anchors = logits[:, :n].clone()                       # (rows, N, V): p_1..p_N on P rows
+        if m.gated:
+            anchors[..., m.mask_token_id] = float("-inf")     # the base model has no mask token
+        p_rows = self.has
+        # P rows: verify the pending proposals against the anchors
+        if self.temperature <= 0:
+            res = greedy_accept(self.draft, anchors)
+        else:
+            p = torch.softmax(anchors / self.temperature, dim=-1)
+            q = self.q if self.q is not None else torch.nn.functional.one_hot(self.draft, p.shape[-1]).float()
+            res = speculative_accept(self.draft, q, p, self.generator)
+        # NP rows: the exact token from the anchor at x
+        if self.temperature <= 0:
+            exact = anchors[:, 0].argmax(-1)
+        else:
+            probs = torch.softmax(anchors[:, 0] / self.temperature, dim=-1)
+            exact = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
+        accepted = torch.where(p_rows, res.accepted, torch.zeros_like(res.accepted))
+        next_token = torch.where(p_rows, res.next_token, exact)
+        full = p_rows & (accepted == n - 1)
+        # proposals for the next step: P rows that accepted everything take masks N..2N−2 (after the bonus
+        # token's slot); NP rows take masks 1..N−1 (after the exact token); everyone else has none
+        d_p, q_p = self._propose(logits[:, n: 2 * n - 1])
+        d_np, q_np = self._propose(logits[:, 1: n])
+        self.draft = torch.where(p_rows[:, None], d_p, d_np)
+        if q_p is not None:
+            self.q = torch.where(p_rows[:, None, None], q_p, q_np)
+        self.has = (full | ~p_rows) & active
+        for r in (p_rows & active).nonzero().flatten().tolist():
+            a = int(accepted[r])
+            for j in range(min(a + 1, n - 1)):
+                self.verified[j] += 1
+                self.accepted[j] += int(j < a)
+        slots = torch.arange(2 * n - 1, device=dev)[None, :]
+        keep = (slots <= accepted[:, None]) & (slots < n) & (p_rows[:, None] | (slots == 0))
+        emitted_draft = torch.where(p_rows[:, None], ids[:, 1:n], torch.zeros_like(ids[:, 1:n]))
+        ctx.commit(keep, next_token, active)
+        return [emitted_draft[r, : int(accepted[r])].tolist() + [int(next_token[r])] for r in range(rows)]
+
+    def acceptance(self) -> list[float]:
+        """Measured acceptance rate per proposal slot (verified proposals only), for Eq. 3."""
+        return [a / v if v else float("nan") for a, v in zip(self.accepted, self.verified)]
+
+
+def isd_decode(model, prompts: list[list[int]], gen_len: int, stride: int = 4, temperature: float = 0.0,
+               proposal: str = "argmax", precision: str = "fp32", seed: int = 0, pad_id: int = 0,
+               real_continuation: list[list[int]] | None = None, block_length: int | None = None) -> DecodeResult:
+    """ISD at stride ``N`` (I-DLM Algorithm 1; see the module docstring), batched over prompts of any lengths.
+
+    Args:
+        model: a :class:`~workbench.model.trimode.TriModeLM` with a mask token, trained with
+            ``objective: idlm`` (full, or a gated LoRA: then lossless R-ISD against the base).
+        prompts: N prompts of token ids. gen_len: tokens emitted per prompt (the last step is truncated).
+        stride: N ≥ 2: ``N − 1`` mask slots per step, up to ``N`` tokens per forward (+ the bonus when all pass).
+        temperature: 0 → greedy (output = AR greedy of the anchors' model); > 0 → speculative sampling.
+        proposal: ``"argmax"`` (the paper's engine) or ``"sample"`` (temperature > 0 only).
+        precision, seed, pad_id, real_continuation, block_length: as
+            :func:`~workbench.speculative.linear.linear_self_speculation`.
+
+    Returns a :class:`~workbench.decoding.base.DecodeResult`: ``forwards`` = ISD steps (one forward of
+    ``2N − 1`` tokens each), no extra forwards, ``committed_per_step`` = tokens emitted per step; plus the
+    attribute ``slot_acceptance`` (measured acceptance per proposal slot, for Eq. 3).
+
+    Raises :class:`~workbench.decoding.base.DecodeError` for ``stride < 2``, a negative temperature, an unknown
+    proposal rule or lengths beyond the model context; :class:`~workbench.tokenizer.TokenizerError` for a model
+    without a mask token (``--add_mask_token``).
+    """
+    if stride < 2:
+        raise DecodeError(f"the ISD stride N must be ≥ 2 (N − 1 mask slots per step), got {stride}")
+    if temperature < 0:
+        raise DecodeError(f"temperature must be ≥ 0, got {temperature}")
+    if proposal not in ("argmax", "sample"):
+        raise DecodeError(f"unknown proposal rule {proposal!r}; valid: argmax, sample")
+    model.mask_token_id                                       # noqa: B018 - raises TokenizerError without one
+    gen = torch.Generator(device=model.device).manual_seed(seed)
+    spec = ISDSpeculator(model, stride, temperature, gen, proposal)
+    res = run_speculation(model, spec, prompts, gen_len, 2 * stride - 1, real_continuation, block_length, pad_id,
+                          precision)
+    res.slot_acceptance = spec.acceptance()
+    return res
