@@ -18,7 +18,8 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
                 "--sampler_epochs", "1", "--sampler_max_steps", "10", "--sweep_trials", "2",
                 "--sol_prompts", "3", "--sol_gen_len", "16", "--sol_block_lengths", "[4,8]",
                 "--lora_steps", "2", "--lora_prompts", "3",
-                "--deer_answers", "64", "--deer_stage1_steps", "2", "--deer_stage2_steps", "2", "--deer_prompts", "2")
+                "--deer_answers", "64", "--deer_stage1_steps", "2", "--deer_stage2_steps", "2", "--deer_prompts", "2",
+                "--leaderboard_prompts", "3", "--leaderboard_gen_len", "16", "--leaderboard_thresholds", "[0.9]")
     wall = time.time() - t0
     assert p.returncode == 0, p.stderr[-3000:]
     assert wall < 90, f"micro demo took {wall:.0f} s"
