@@ -95,3 +95,25 @@ def test_interrupted_run_leaves_nothing(micro_checkpoint, small_corpus, tmp_path
     with pytest.raises(KeyboardInterrupt):
         run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "out", decoders=["ar_greedy"], sol=False))
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+def test_introspective_acceptance(board):
+    """I-DLM §2: AR decoders draw from the causal distribution itself, so α = 1 (up to float rounding between the
+    step forward and the one-pass introspection forward); every other decoder that records q gets a value in (0, 1]."""
+    df, _ = board
+    ok = df[df["status"] == "ok"]
+    ar = ok[ok["family"] == "ar"]
+    assert ar["introspective_acceptance"].tolist() == pytest.approx([1.0] * len(ar), abs=1e-5)
+    rest = ok[ok["family"] != "ar"]["introspective_acceptance"]
+    assert rest.notna().all() and ((rest > 0) & (rest <= 1.0)).all()
+
+
+def test_introspective_acceptance_hand_value():
+    import math
+
+    from workbench.evaluation.metrics import introspective_acceptance
+
+    q = [[0.5, 0.25], [1.0]]
+    logp = [[math.log(0.25), math.log(0.5)], [math.log(0.2)]]
+    # min(1, .25/.5) = .5, min(1, .5/.25) = 1, min(1, .2/1) = .2 -> mean 1.7 / 3
+    assert introspective_acceptance(q, logp) == pytest.approx(1.7 / 3)

@@ -38,13 +38,18 @@ def ar_decode(model, prompts: list[list[int]], gen_len: int, temperature: float 
     real = torch.tensor(real_continuation, dtype=torch.long, device=dev) if real_continuation is not None else None
     seg = (block_length or gen_len) if real is not None else gen_len
     out = torch.zeros((n, gen_len), dtype=torch.long, device=dev)
+    qs = torch.zeros((n, gen_len), dtype=torch.float32, device=dev)     # q_k(x_k) of every token (I-DLM §2)
     t0 = time.perf_counter()
 
-    def pick(logits: torch.Tensor) -> torch.Tensor:
+    def pick(logits: torch.Tensor, j: int | None = None) -> torch.Tensor:
+        probs = torch.softmax(logits.float() / (temperature if temperature > 0 else 1.0), dim=-1)
         if temperature <= 0:
-            return logits.argmax(-1)
-        probs = torch.softmax(logits.float() / temperature, dim=-1).cpu()
-        return torch.multinomial(probs, 1, generator=g).squeeze(-1).to(dev)
+            tok = logits.argmax(-1)
+        else:
+            tok = torch.multinomial(probs.cpu(), 1, generator=g).squeeze(-1).to(dev)
+        if j is not None:
+            qs[:, j] = probs.gather(-1, tok[:, None]).squeeze(-1)
+        return tok
 
     with autocast_for(dev, precision):
         if use_cache:
@@ -53,7 +58,7 @@ def ar_decode(model, prompts: list[list[int]], gen_len: int, temperature: float 
             ctx_valid = valid
             for start in range(0, gen_len, seg):
                 for j in range(start, start + seg):
-                    tok = pick(logits)
+                    tok = pick(logits, j)
                     out[:, j] = tok
                     kv = torch.cat([ctx_valid, torch.ones((n, 1), dtype=torch.bool, device=dev)], 1)
                     if j + 1 < start + seg:
@@ -78,10 +83,10 @@ def ar_decode(model, prompts: list[list[int]], gen_len: int, temperature: float 
                     seq = torch.cat([ids, base, out[:, start:j]], 1)
                     v = torch.cat([valid, torch.ones((n, seq.shape[1] - ids.shape[1]), dtype=torch.bool, device=dev)], 1)
                     cache = model.new_cache()
-                    out[:, j] = pick(model.extend(seq, cache, v)[:, -1])
+                    out[:, j] = pick(model.extend(seq, cache, v)[:, -1], j)
     wall = time.perf_counter() - t0
     toks = out.tolist()
     return DecodeResult(tokens=toks, forwards=[gen_len] * n, extra_forwards=[0] * n,
                         committed_per_step=[[1] * gen_len for _ in range(n)],
-                        step_tokens=[[[t] for t in row] for row in toks], wall_time=wall,
+                        step_tokens=[[[t] for t in row] for row in toks], wall_time=wall, token_probs=qs.tolist(),
                         model_calls=gen_len - 1 if use_cache else gen_len)   # the cached prefill made token 1

@@ -25,6 +25,9 @@ class DecodeResult:
         wall_time: seconds for the whole batch (all rows decoded in lockstep).
         model_calls: batched model forwards actually run (prefill excluded; KV-commit forwards included).
         sampler_seconds, sampler_calls: time in and calls of a learned sampler (sampler policy only).
+        token_probs: per row, for each generated token, the probability the decoder's distribution gave it
+            where the decoder drew or picked it (``q_k(x_k)`` of I-DLM §2; one float32 per token, never whole
+            distributions); empty when the decoder does not record it.
     """
 
     tokens: list[list[int]]
@@ -36,6 +39,7 @@ class DecodeResult:
     model_calls: int = 0
     sampler_seconds: float = 0.0
     sampler_calls: int = 0
+    token_probs: list[list[float]] = field(default_factory=list)
 
     def tpf(self, row: int) -> float:
         """Tokens per (denoising) forward of ``row``."""
@@ -87,6 +91,8 @@ def stop_at_eos(res: DecodeResult, eos_id: int, block_length: int | None = None)
         out.extra_forwards.append(extra)
         out.committed_per_step.append(list(per_step[:kept]))
         out.step_tokens.append(list(steps[:kept]))
+    if res.token_probs:
+        out.token_probs = [list(q[:len(t)]) for q, t in zip(res.token_probs, out.tokens)]
     return out
 
 

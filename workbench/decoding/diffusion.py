@@ -52,6 +52,7 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
     n, b = ids.shape[0], block_length
     real = torch.tensor(real_continuation, dtype=torch.long, device=dev) if real_continuation is not None else None
     out = torch.zeros((n, gen_len), dtype=torch.long, device=dev)
+    qs = torch.zeros((n, gen_len), dtype=torch.float32, device=dev)     # q_k(x_k): top-1 prob at its commit
     forwards, extra = [0] * n, [0] * n
     per_step: list[list[int]] = [[] for _ in range(n)]
     step_tok: list[list[list[int]]] = [[] for _ in range(n)]
@@ -88,6 +89,7 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
                     on_step(start, step, block, probs, masked, commit)
                 step += 1
                 block = torch.where(commit, top, block)
+                qs[:, start:start + b] = torch.where(commit, probs.max(dim=-1).values, qs[:, start:start + b])
                 active = masked.any(dim=1).tolist()
                 counts = commit.sum(dim=1).tolist()
                 for r in range(n):
@@ -108,4 +110,5 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
                 extra[r] += 1
     wall = time.perf_counter() - t0
     return DecodeResult(tokens=out.tolist(), forwards=forwards, extra_forwards=extra,
-                        committed_per_step=per_step, step_tokens=step_tok, wall_time=wall, model_calls=calls)
+                        committed_per_step=per_step, step_tokens=step_tok, wall_time=wall, model_calls=calls,
+                        token_probs=qs.tolist())

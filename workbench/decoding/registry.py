@@ -114,7 +114,7 @@ def get_decoder(name: str) -> DecoderSpec:
     if name not in DECODERS:
         load_decoders()
     if name not in DECODERS:
-        raise DecodeError(f"unknown decoder {name!r}; valid: {', '.join(sorted(DECODERS))}")
+        raise DecodeError(f"unknown decoding policy {name!r}; valid: {', '.join(sorted(DECODERS))}")
     return DECODERS[name]
 
 

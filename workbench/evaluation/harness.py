@@ -118,6 +118,7 @@ def decode_prompts(model, policy: str, prompts: list[Prompt], mode: str, bs: int
         res.model_calls += r.model_calls
         res.sampler_seconds += r.sampler_seconds
         res.sampler_calls += r.sampler_calls
+        res.token_probs += r.token_probs if r.token_probs else [[] for _ in r.tokens]
     return res
 
 

@@ -86,25 +86,31 @@ def whitespace_share_multi(step_tokens: list[list[int]], ws: set[int]) -> tuple[
 
 
 @torch.no_grad()
-def ar_nll(model, prompts: list[list[int]], generated: list[list[int]], real: list[list[int]] | None = None,
-           block_length: int | None = None, pad_id: int = 0, precision: str = "fp32") -> list[float]:
-    """AR negative log-likelihood (nats per token) of ``generated`` under the model's AR mode.
+def ar_token_logprobs(model, prompts: list[list[int]], generated: list[list[int]], real: list[list[int]] | None = None,
+                      block_length: int | None = None, pad_id: int = 0, precision: str = "fp32",
+                      temperature: float = 1.0) -> list[list[float]]:
+    """Per-token AR log-probabilities ``log p(g_i | context)`` of ``generated`` under the model's AR mode (with a
+    gated LoRA: the base model), at ``temperature`` (``softmax(logits / T)``). Rows may have different lengths
+    (a decode stopped at EOS); each row's list has its own length.
 
-    Free-running (``real=None``): ``-mean log p(g_i | prompt, g_<i)``. Real-context: each generated
-    block is scored given the prompt + the *real* text before the block and the generated tokens
-    before it inside the block. One forward per batch does all blocks: the sequence is
-    ``[prompt | real | generated]`` with the generated copy sharing the real tokens' position ids and
-    seeing the prompt, the real tokens before its block and its own block causally.
-
-    Returns one float per row.
+    Free-running (``real=None``): the context is the prompt and ``g_<i``. Real-context: each generated block is
+    scored given the prompt + the *real* text before the block and the generated tokens before it inside the
+    block. One forward per batch does all blocks: the sequence is ``[prompt | real | generated]`` with the
+    generated copy sharing the real tokens' position ids and seeing the prompt, the real tokens before its block
+    and its own block causally.
     """
+    from ..model.gated_lora import lora_positions
+
     dev = model.device
     ids, valid = left_pad(prompts, pad_id, dev)
     n, p = ids.shape
-    gen = torch.tensor(generated, dtype=torch.long, device=dev)
-    m = gen.shape[1]
+    lengths = [len(g) for g in generated]
+    m = max(lengths) if lengths else 0
+    if m == 0:
+        return [[] for _ in generated]
+    gen = torch.tensor([list(g) + [pad_id] * (m - len(g)) for g in generated], dtype=torch.long, device=dev)
     ones = torch.ones((n, m), dtype=torch.bool, device=dev)
-    with autocast_for(dev, precision):
+    with autocast_for(dev, precision), lora_positions(model, False):
         if real is None:
             seq = torch.cat([ids, gen], 1)
             kv = torch.cat([valid, ones], 1)
@@ -112,7 +118,7 @@ def ar_nll(model, prompts: list[list[int]], generated: list[list[int]], real: li
             pred = logits[:, p - 1:p - 1 + m]
         else:
             b = block_length or m
-            rl = torch.tensor(real, dtype=torch.long, device=dev)
+            rl = torch.tensor([list(r)[:m] for r in real], dtype=torch.long, device=dev)
             seq = torch.cat([ids, rl, gen], 1)
             s = seq.shape[1]
             kv = torch.cat([valid, ones, ones], 1)
@@ -136,8 +142,30 @@ def ar_nll(model, prompts: list[list[int]], generated: list[list[int]], real: li
             first = p - 1 + blk * b  # logit index predicting the first token of each block
             idx = torch.where(gi % b == 0, first, p + m + gi - 1)
             pred = logits[:, idx]
-    logp = torch.log_softmax(pred.float(), -1).gather(-1, gen[..., None]).squeeze(-1)
-    return (-logp.mean(dim=1)).tolist()
+    z = pred.float() / temperature
+    if model.gated and model.has_mask_token:
+        z[..., model.mask_token_id] = float("-inf")       # the base model has no mask token
+    logp = torch.log_softmax(z, -1).gather(-1, gen[..., None]).squeeze(-1)
+    return [row[:k] for row, k in zip(logp.tolist(), lengths)]
+
+
+def ar_nll(model, prompts: list[list[int]], generated: list[list[int]], real: list[list[int]] | None = None,
+           block_length: int | None = None, pad_id: int = 0, precision: str = "fp32") -> list[float]:
+    """AR negative log-likelihood (nats per token) of ``generated`` under the model's AR mode: the mean of
+    :func:`ar_token_logprobs` per row (see there for the context modes). Returns one float per row."""
+    return [-sum(r) / len(r) if r else float("nan")
+            for r in ar_token_logprobs(model, prompts, generated, real, block_length, pad_id, precision)]
+
+
+def introspective_acceptance(q: list[list[float]], logp: list[list[float]]) -> float:
+    """I-DLM §2: α = (1/L) Σ_k min(1, p_k(x_k) / q_k(x_k)) over every token of every row.
+
+    ``q[r][k]``: the probability the decoder gave its token ``x_k`` where it drew or picked it; ``logp[r][k]``:
+    log of the causal AR probability of ``x_k`` with every earlier token revealed (:func:`ar_token_logprobs`).
+    NaN when no token carries a ``q``."""
+    ratios = [min(1.0, math.exp(lp) / qq) if qq > 0 else 1.0
+              for qs, lps in zip(q, logp) for qq, lp in zip(qs, lps)]
+    return sum(ratios) / len(ratios) if ratios else float("nan")
 
 
 def nan_mean(xs) -> float:

@@ -39,7 +39,7 @@ from ..decoding.base import DecodeError, DecodeResult
 from ..model.gated_lora import lora_positions
 from ..speculative.accept import greedy_accept, speculative_accept
 from ..speculative.context import SpecContext
-from ..speculative.driver import Tally, masked_draft_logits, run_speculation
+from ..speculative.driver import Tally, emitted_probs, masked_draft_logits, run_speculation, token_probs
 
 
 def isd_tpf(accept: list[float]) -> float:
@@ -67,6 +67,7 @@ class ISDSpeculator:
         self.draft: torch.Tensor | None = None          # (rows, N − 1) pending proposals
         self.has: torch.Tensor | None = None            # (rows,) bool: the row has pending proposals
         self.q: torch.Tensor | None = None              # (rows, N − 1, V) their distributions (sampled proposals)
+        self.draft_q: torch.Tensor | None = None        # (rows, N − 1) q of each proposal (I-DLM §2)
         #: per proposal slot j (0-based), proposals verified and accepted there (for Eq. 3)
         self.verified = [0] * (stride - 1)
         self.accepted = [0] * (stride - 1)
@@ -124,9 +125,22 @@ class ISDSpeculator:
         full = p_rows & (accepted == n - 1)
         # proposals for the next step: P rows that accepted everything take masks N..2N−2 (after the bonus
         # token's slot); NP rows take masks 1..N−1 (after the exact token); everyone else has none
+        # q_k(x_k) of the emitted tokens (I-DLM §2): the proposals' own, and the anchors' for the rest
+        anchor_at = torch.where(p_rows, accepted, torch.zeros_like(accepted))
+        rows_i = torch.arange(rows, device=dev)
+        next_q = token_probs(anchors[rows_i, anchor_at][:, None], next_token[:, None], self.temperature)[:, 0]
+        self.last_probs = emitted_probs(self.draft_q if self.draft_q is not None else
+                                        torch.ones_like(self.draft, dtype=torch.float32), accepted, next_q)
         d_p, q_p = self._propose(logits[:, n: 2 * n - 1])
         d_np, q_np = self._propose(logits[:, 1: n])
         self.draft = torch.where(p_rows[:, None], d_p, d_np)
+        zp = masked_draft_logits(logits[:, n: 2 * n - 1], m.mask_token_id)
+        znp = masked_draft_logits(logits[:, 1: n], m.mask_token_id)
+        if self.temperature > 0 and self.proposal == "argmax":
+            self.draft_q = torch.ones_like(self.draft, dtype=torch.float32)       # a point mass
+        else:
+            self.draft_q = torch.where(p_rows[:, None], token_probs(zp, d_p, self.temperature),
+                                       token_probs(znp, d_np, self.temperature))
         if q_p is not None:
             self.q = torch.where(p_rows[:, None, None], q_p, q_np)
         self.has = (full | ~p_rows) & active

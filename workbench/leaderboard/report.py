@@ -13,7 +13,8 @@ import pandas as pd  # noqa: E402
 from ..evaluation.report import markdown_table  # noqa: E402
 
 COLUMNS = ["decoder", "mode", "block_length", "threshold", "tpf", "tpf_real", "cost_tpf", "tau", "tokens_per_s",
-           "speedup", "agree_ar", "prefix_ar", "exact_ar", "lossless", "agree_serial", "repetition", "ws_share",
+           "speedup", "agree_ar", "prefix_ar", "exact_ar", "lossless", "agree_serial", "introspective_acceptance",
+           "repetition", "ws_share",
            "ceiling", "ceiling_tpf", "distance"]
 
 

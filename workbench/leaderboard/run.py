@@ -151,7 +151,9 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
         results[st] = (res, full)
         ar = _ref(results, "ar_greedy", st)
         serial = _ref(results, "serial", st)
-        rows.append({**base, **row_columns(spec, st.length, res, ar, serial, ws, ratio), "status": "ok"})
+        alpha = _introspective(model, prompts, res, st, cfg, pad, spec.temperature)
+        rows.append({**base, **row_columns(spec, st.length, res, ar, serial, ws, ratio),
+                     "introspective_acceptance": alpha, "status": "ok"})
     for name, why in missing.items():
         spec = get_decoder(name)
         rows.append({"decoder": name, "mode": "", "block_length": 0, "threshold": math.nan, "family": spec.family,
@@ -183,6 +185,23 @@ def sol_ceilings_for(model, prompts, cfg: LeaderboardConfig, pad: int, ar_free) 
 
     return sol_ceilings(model, [list(p.prompt) for p in prompts], cfg.block_lengths, cfg.gen_len, pad,
                         ar_free.tokens if ar_free is not None else None, cfg.precision, cfg.sol_budget)
+
+
+def _introspective(model, prompts, res, st: Setting, cfg: LeaderboardConfig, pad: int, sampled: bool) -> float:
+    """I-DLM §2's introspective acceptance of a decoded row: the decoder's recorded ``q_k(x_k)`` against the
+    target's causal AR ``p_k(x_k)`` with every earlier token revealed (one extra forward per batch; with a gated
+    LoRA or a LoRA drafter, the base model). NaN for a decoder that records no ``q``."""
+    from ..evaluation.metrics import ar_token_logprobs, introspective_acceptance
+
+    if not res.token_probs or not any(res.token_probs):
+        return math.nan
+    logp = []
+    for i in range(0, len(prompts), cfg.batch_size):
+        chunk = prompts[i:i + cfg.batch_size]
+        real = [list(p.real) for p in chunk] if st.mode == "real" else None
+        logp += ar_token_logprobs(model, [list(p.prompt) for p in chunk], res.tokens[i:i + cfg.batch_size], real,
+                                  st.length, pad, cfg.precision, cfg.temperature if sampled else 1.0)
+    return introspective_acceptance(res.token_probs, logp)
 
 
 def _ref(results: dict, name: str, st: Setting):

@@ -46,6 +46,20 @@ def verify(draft: torch.Tensor, q: torch.Tensor | None, verifier: torch.Tensor, 
     return speculative_accept(draft, q, p, generator)
 
 
+def token_probs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``(N, k)``: the probability ``softmax(logits / T)`` gives each token (T = 1 at temperature 0, the
+    distribution a greedy pick comes from): ``q_k(x_k)`` of I-DLM §2. ``logits`` ``(N, k, V)``, ``tokens``
+    ``(N, k)``."""
+    t = temperature if temperature > 0 else 1.0
+    return torch.softmax(logits.float() / t, dim=-1).gather(-1, tokens[..., None]).squeeze(-1)
+
+
+def emitted_probs(draft_q: torch.Tensor, accepted: torch.Tensor, next_q: torch.Tensor) -> list[list[float]]:
+    """Per row ``q`` of the emitted tokens ``draft[:accepted] + [next]``: the draft's ``draft_q`` ``(N, k)`` for the
+    accepted drafts, the verifier's ``next_q`` ``(N,)`` for its own token."""
+    return [draft_q[i, :int(a)].tolist() + [float(next_q[i])] for i, a in enumerate(accepted)]
+
+
 @dataclass
 class Tally:
     """Per-row outputs and counters of a decode (see :class:`~workbench.decoding.base.DecodeResult`)."""
@@ -56,6 +70,7 @@ class Tally:
     extra: list[int] = field(default_factory=list)
     per_step: list[list[int]] = field(default_factory=list)
     step_tokens: list[list[list[int]]] = field(default_factory=list)
+    probs: list[list[float]] = field(default_factory=list)
     model_calls: int = 0
 
     def __post_init__(self):
@@ -63,6 +78,7 @@ class Tally:
         self.forwards, self.extra = [0] * self.n, [0] * self.n
         self.per_step = [[] for _ in range(self.n)]
         self.step_tokens = [[] for _ in range(self.n)]
+        self.probs = [[] for _ in range(self.n)]
 
     def active(self, limit: int, device) -> torch.Tensor:
         """``(N,)`` bool: rows with fewer than ``limit`` emitted tokens."""
@@ -75,10 +91,14 @@ class Tally:
         for r in active.nonzero().flatten().tolist():
             target[r] += 1
 
-    def emit(self, emitted: list[list[int]], active: torch.Tensor, limit: int) -> None:
-        """Record one cycle: each active row emits its tokens, truncated at ``limit`` total tokens."""
+    def emit(self, emitted: list[list[int]], active: torch.Tensor, limit: int,
+             probs: list[list[float]] | None = None) -> None:
+        """Record one cycle: each active row emits its tokens, truncated at ``limit`` total tokens; ``probs``:
+        per row, ``q_k(x_k)`` of each emitted token (I-DLM §2)."""
         for r in active.nonzero().flatten().tolist():
             toks = emitted[r][: limit - len(self.out[r])]
+            if probs is not None:
+                self.probs[r] += probs[r][: len(toks)]
             self.out[r] += toks
             self.per_step[r].append(len(toks))
             self.step_tokens[r].append(toks)
@@ -129,11 +149,13 @@ def run_speculation(model, spec: Speculator, prompts: list[list[int]], gen_len: 
                 active = tally.active(end, dev)
                 if not active.any():
                     break
-                tally.emit(spec.cycle(ctx, tally, active), active, end)
+                emitted = spec.cycle(ctx, tally, active)
+                tally.emit(emitted, active, end, getattr(spec, "last_probs", None))
             if real and end < gen_len:
                 ctx.reset_to_real(model, saved, real_ids[:, start:end])
                 tally.model_calls += 1
     wall = time.perf_counter() - t0
     return DecodeResult(tokens=tally.out, forwards=tally.forwards, extra_forwards=tally.extra,
                         committed_per_step=tally.per_step, step_tokens=tally.step_tokens, wall_time=wall,
-                        model_calls=tally.model_calls)
+                        model_calls=tally.model_calls,
+                        token_probs=tally.probs if any(tally.probs) else [])

@@ -21,7 +21,8 @@ import torch
 from ..decoding.base import DecodeError, DecodeResult
 from .adapter import verifier_mode
 from .context import SpecContext
-from .driver import Tally, masked_draft_logits, pick_draft, run_speculation, verify
+from .driver import (Tally, emitted_probs, masked_draft_logits, pick_draft, run_speculation, token_probs,
+                     verify)
 
 
 def draft_forward(model, ctx: SpecContext, k: int) -> torch.Tensor:
@@ -46,13 +47,18 @@ class LinearSpeculator:
 
     def cycle(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> list[list[int]]:
         m, k = self.model, self.k
-        draft, q = pick_draft(draft_forward(m, ctx, k), self.temperature, self.generator)
+        z = draft_forward(m, ctx, k)
+        draft, q = pick_draft(z, self.temperature, self.generator)
         tally.count(active)
         seq = torch.cat([ctx.last[:, None], draft], dim=1)
         with verifier_mode(m):
             ver = m.extend(seq, ctx.cache, ctx.with_new(k + 1)).float()          # (N, k + 1, V)
         tally.count(active, extra=True)
         res = verify(draft, q, ver, self.temperature, self.generator)
+        rows = torch.arange(draft.shape[0], device=draft.device)
+        self.last_probs = emitted_probs(token_probs(z, draft, self.temperature), res.accepted,
+                                        token_probs(ver[rows, res.accepted][:, None], res.next_token[:, None],
+                                                    self.temperature)[:, 0])
         slots = torch.arange(k + 1, device=draft.device)[None, :]
         ctx.commit(slots <= res.accepted[:, None], res.next_token, active)    # keep x_{n+1}, d_1..d_a
         return res.emitted(draft)

@@ -43,7 +43,8 @@ from ..decoding.base import DecodeError, DecodeResult
 from ..model.gated_lora import lora_positions
 from .adapter import verifier_mode
 from .context import SpecContext
-from .driver import Tally, masked_draft_logits, pick_draft, run_speculation, verify
+from .driver import (Tally, emitted_probs, masked_draft_logits, pick_draft, run_speculation, token_probs,
+                     verify)
 from .quadratic_mask import quadratic_mask, quadratic_offsets
 
 
@@ -102,6 +103,7 @@ class QuadraticSpeculator:
         self.temperature, self.generator = temperature, generator
         self.draft: torch.Tensor | None = None          # (N, k)
         self.q: torch.Tensor | None = None              # (N, k, V) drafter distributions (sampling only)
+        self.draft_q: torch.Tensor | None = None        # (N, k) q of each draft token (I-DLM §2)
 
     def start(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> None:
         """Initial draft of the segment: groups of ``k`` masks after ``x_{n+1}`` alone (one forward)."""
@@ -109,6 +111,7 @@ class QuadraticSpeculator:
             _, diff = quadratic_forward(self.model, ctx, ctx.last[:, None], self.k, keep_spec=False)
         tally.count(active)
         self.draft, self.q = pick_draft(diff[:, 0], self.temperature, self.generator)
+        self.draft_q = token_probs(diff[:, 0], self.draft, self.temperature)
 
     def cycle(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> list[list[int]]:
         k, draft = self.k, self.draft
@@ -122,7 +125,13 @@ class QuadraticSpeculator:
             p = ensemble_verifier(ar, diff[:, :, 0], self.lam, self.temperature)
             res = verify(draft, self.q, p, self.temperature, self.generator, probs=True)
         rows = torch.arange(draft.shape[0], device=draft.device)
-        self.draft, self.q = pick_draft(diff[rows, res.accepted, 1:], self.temperature, self.generator)
+        verifier = ar if self.lam == 1.0 else p.clamp_min(1e-30).log()
+        self.last_probs = emitted_probs(self.draft_q, res.accepted,
+                                        token_probs(verifier[rows, res.accepted][:, None], res.next_token[:, None],
+                                                    self.temperature if self.lam == 1.0 else 1.0)[:, 0])
+        nxt = diff[rows, res.accepted, 1:]
+        self.draft, self.q = pick_draft(nxt, self.temperature, self.generator)
+        self.draft_q = token_probs(nxt, self.draft, self.temperature)
         slots = torch.arange(k + 1, device=draft.device)[None, :]
         ctx.commit(slots <= res.accepted[:, None], res.next_token, active)
         return res.emitted(draft)
