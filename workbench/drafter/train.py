@@ -43,10 +43,10 @@ class LoraTrainConfig:
     """Run directory: config, logs, checkpoints, metrics and the adapter in ``adapter/``."""
     loss: str = DEFAULT_LOSS
     """Loss variant: kl, tv, ce, lk_alpha, lk_hybrid, lk_hybrid_ce (NLD Eq. 9, default)."""
-    rank: int = 16
-    """LoRA rank r (paper: 128)."""
-    lora_alpha: float = 64.0
-    """LoRA alpha (paper: 512); the update is scaled by alpha / r."""
+    rank: int = 128
+    """LoRA rank r (NLD §3.3: 128; the demo's small setting is ``configs/lora_tiny.yaml``, r = 16)."""
+    lora_alpha: float = 512.0
+    """LoRA α; the update is scaled by α / r (NLD: α = 512 at r = 128)."""
     lora_dropout: float = 0.0
     """LoRA dropout."""
     target_modules: list[str] = field(default_factory=lambda: ["o_proj"])

@@ -43,8 +43,8 @@ class LeaderboardConfig:
     adapter: str | None = None
     """LoRA drafter adapter (`workbench train lora`): the self-speculative decoders also run with it."""
     skip_missing: bool = False
-    """A decoder whose artefact (sampler, drafter) is not given gets a row whose status says why, instead of
-    an error."""
+    """A decoder named in --decoders whose artefact (sampler, drafter) is not given gets a row whose status says
+    why, instead of an error. (With the default, every registered decoder, such decoders always get that row.)"""
     sol: bool = True
     """Compute the two SOL ceilings on the same prompts (free-running)."""
     sol_budget: int = 5000
