@@ -418,6 +418,7 @@ class StoreReader:
         for name, g, c in _shards(root, self.block_length, path):
             if c is None:
                 continue
+            check_committed_files(self.path, f"B{self.block_length}/{name}", g, c, self.block_length)
             self.shard_names.append(name)
             self._rows.append({k: g["rows"][k] for k in row_array_specs(self.block_length)})
             self._trajs.append({k: g["trajectories"][k] for k in traj_array_specs(self.block_length)})
@@ -597,13 +598,31 @@ def _check_spec(arr: zarr.Array, spec, where: str, committed: int | None) -> Non
 
 
 def _check_files(root: Path, arr: zarr.Array, where: str, n: int) -> None:
-    """Every chunk (shard) file below ``n`` must exist: arrays are written with write_empty_chunks=True."""
+    """Every chunk (shard) file below ``n`` committed rows must exist and hold data: arrays are written with
+    write_empty_chunks=True, so a missing or empty (0-byte) file under committed rows is damage, which zarr would
+    otherwise read back as fill values (zeros)."""
     outer = (arr.shards or arr.chunks)[0]
     for i in range(math.ceil(n / outer)):
         f = root / arr.path / "c" / "/".join([str(i)] + ["0"] * (arr.ndim - 1))
         if not f.is_file():
             raise StoreError(f"array {where} is truncated: chunk file {f.relative_to(root)} is missing; delete the "
                              "shard group and re-run the collection to rewrite it")
+        if f.stat().st_size == 0:
+            raise StoreError(f"array {where} is damaged: chunk file {f.relative_to(root)} is empty; delete the "
+                             "shard group and re-run the collection to rewrite it")
+
+
+def check_committed_files(root_path: Path, name: str, g: zarr.Group, c: dict, B: int) -> None:
+    """The integrity check every reader shares (:class:`StoreReader`, hence the sampler data, SOL and reports):
+    each row and trajectory array of shard ``g`` has a non-empty chunk file under its committed entries.
+    Raises :class:`StoreError` (one line) like :func:`verify_store` for the same damage."""
+    for sub, spec, n in (("rows", row_array_specs(B), c["rows"]), ("trajectories", traj_array_specs(B), c["trajs"])):
+        for k in spec:
+            where = f"{name}/{sub}/{k}"
+            if k not in g[sub]:
+                raise StoreError(f"array {where} is missing: the store is damaged or was written by incompatible "
+                                 "code; collect it again")
+            _check_files(root_path, g[sub][k], where, n)
 
 
 def _read(arr: zarr.Array, sl: slice, where: str) -> np.ndarray:
