@@ -431,3 +431,12 @@ def test_store_info_of_a_killed_writer_counts_committed_items_only(tmp_path):
     a, b = store_info(p)["block_lengths"][B], store_info(ref)["block_lengths"][B]
     for k in ("rows", "trajectories", "label_balance", "label_balance_by_category"):
         assert a[k] == b[k], k
+
+
+@pytest.mark.parametrize("garbage", [b"", b"\xb4\x00garbage", b"{not json"])
+def test_garbage_metadata_names_the_file(store, garbage):
+    f = Path(store) / f"B{B}/shard-000/rows/entropy/zarr.json"
+    f.write_bytes(garbage)
+    msg = one_line_error(lambda: verify_store(store), "damaged", "rows/entropy/zarr.json")
+    assert "re-run the collection" in msg
+    one_line_error(lambda: StoreReader(store, B), "rows/entropy/zarr.json")

@@ -134,11 +134,23 @@ def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndar
     root.update_attributes(attrs)  # one atomic zarr.json write (attrs.update rewrites it once per key)
 
 
+def check_metadata(path: Path) -> None:
+    """Every ``zarr.json`` of the store must be UTF-8 JSON; raises :class:`StoreError` naming the first damaged
+    file (zarr itself only says ``Expecting value: line 1 column 1``)."""
+    for f in sorted(Path(path).rglob("zarr.json")):
+        try:
+            json.loads(f.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise StoreError(f"the store is damaged: metadata file {f} is not valid JSON; restore it, or delete its "
+                             "shard group (or the store) and re-run the collection") from None
+
+
 def open_store(path) -> zarr.Group:
     """Open a store read-only. Raises StoreError if it is missing, not a workbench store, or newer than this code."""
     p = Path(path)
     if not (p / "zarr.json").is_file():
         raise StoreError(f"no trajectory store at {p}: check the path or collect one first")
+    check_metadata(p)
     try:
         root = zarr.open_group(p, mode="r")
     except Exception as e:  # noqa: BLE001
