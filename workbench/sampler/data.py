@@ -15,6 +15,8 @@ id → [0, 1)); it depends only on the ids and ``val_fraction``, not on the seed
 """
 from __future__ import annotations
 
+import itertools
+
 import math
 
 import numpy as np
@@ -162,17 +164,32 @@ class StoreRowStream(IterableDataset):
 
 class _EpochLoader(DataLoader):
     """A DataLoader that sets ``dataset.epoch`` at every ``iter()`` (before workers copy the dataset):
-    ``epoch_fn()`` (the trainer's current epoch) or, when that returns None, the number of earlier iterations."""
+    ``epoch_fn()`` (the trainer's current epoch) or, when that returns None, the number of earlier iterations.
 
-    def __init__(self, dataset: StoreRowStream, epoch_fn, **kw):
-        super().__init__(dataset, batch_size=None, persistent_workers=False, **kw)
-        self._epoch_fn, self._iters = epoch_fn, 0
+    ``skip_fn()`` (called at the first ``iter()`` only) gives the batches of that epoch a resumed run has already
+    trained on; they are skipped, so a run resumed from a mid-epoch checkpoint sees exactly the batches the
+    uninterrupted run saw next (each epoch's batch sequence is a pure function of the seed and the epoch)."""
+
+    def __init__(self, dataset: StoreRowStream, epoch_fn, skip_fn=None, **kw):
+        # its own generator: creating an iterator draws a base seed, which must not consume the global RNG that
+        # dropout uses (a resumed run creates its iterators at other moments than the uninterrupted run)
+        super().__init__(dataset, batch_size=None, persistent_workers=False, generator=torch.Generator().manual_seed(0),
+                         **kw)
+        self._epoch_fn, self._skip_fn, self._iters = epoch_fn, skip_fn, 0
+        self.exhausted = False            # the current epoch's iterator has yielded its last batch
 
     def __iter__(self):
         e = self._epoch_fn() if self._epoch_fn is not None else None
         self.dataset.epoch = self._iters if e is None else int(e)
+        skip = self._skip_fn() if self._skip_fn is not None and self._iters == 0 else 0
         self._iters += 1
-        return super().__iter__()
+        self.exhausted = False
+        it = super().__iter__()
+        return self._track(itertools.islice(it, skip, None) if skip else it)
+
+    def _track(self, it):
+        yield from it
+        self.exhausted = True
 
 
 class SamplerDataModule(pl.LightningDataModule):
@@ -234,10 +251,29 @@ class SamplerDataModule(pl.LightningDataModule):
     def _epoch(self):
         return self.trainer.current_epoch if self.trainer is not None else None
 
+    def state_dict(self) -> dict:
+        """Saved in every checkpoint: whether the epoch's training batches were all consumed when it was written
+        (see :meth:`_done_in_epoch`)."""
+        loader = getattr(self, "_train_loader", None)
+        done = self.trainer.fit_loop.epoch_loop.batch_progress.current.processed if self.trainer is not None else 0
+        return {"epoch_finished": bool(loader is not None and loader.exhausted), "batches_done": int(done)}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._skip_on_resume = 0 if state_dict.get("epoch_finished", True) else int(state_dict.get("batches_done", 0))
+
+    def _done_in_epoch(self) -> int:
+        """Batches of the current epoch a resumed run already trained on: the batches Lightning had processed in
+        that epoch when the checkpoint was written inside it (saved with the checkpoint), 0 when it was written
+        after the epoch's last batch (with a loader of unknown length Lightning keeps that epoch's count,
+        although it starts the next one)."""
+        return getattr(self, "_skip_on_resume", 0) if self.trainer is not None else 0
+
     def train_dataloader(self) -> DataLoader:
         """Shuffled training batches; a new order every epoch (the trainer's ``current_epoch``, or the count of
-        earlier iterations without a trainer)."""
-        return _EpochLoader(self._dataset("train"), self._epoch, num_workers=self.num_workers)
+        earlier iterations without a trainer); a run resumed mid-epoch skips the batches it already trained on."""
+        self._train_loader = _EpochLoader(self._dataset("train"), self._epoch, self._done_in_epoch,
+                                          num_workers=self.num_workers)
+        return self._train_loader
 
     def val_dataloader(self) -> DataLoader:
         """Validation batches in store order (every validation row exactly once)."""

@@ -1,11 +1,12 @@
 """``workbench train sampler``: train the confidence sampler (NLD App. A) on a trajectory store.
 
-Run directory ``out_dir``: ``config.yaml`` (resolved config), ``logs/version_{k}/metrics.csv`` (CSV logs,
-one version per start or resume), ``checkpoints/last.ckpt`` (resume point, written after every validation),
+Run directory ``out_dir``: ``config.yaml`` (resolved config), ``logs/version_0/metrics.csv`` (one CSV log across
+any number of resumes), ``checkpoints/last.ckpt`` (resume point, written after every validation),
 ``checkpoints/best-*.ckpt`` (best ``val/auc``), ``metrics.json``, and the best sampler saved with
 :func:`~workbench.sampler.network.save_sampler` in ``out_dir/sampler``. Early stopping on ``val/auc``
-(NLD App. A). A rerun with the same ``out_dir`` resumes from ``last.ckpt`` (an interrupted epoch restarts
-from its beginning; the global step and optimiser state continue).
+(NLD App. A). A rerun with the same ``out_dir`` resumes from ``last.ckpt`` exactly: the optimiser, schedule and
+random states (dropout) continue, and a run stopped mid-epoch skips the batches of that epoch it already trained on,
+so the losses and final weights are those of an uninterrupted run.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
+from ..resume import LogHistory, RngState
 from ..utils import prepare_run_dir
 from .data import SPLIT_BY, SamplerDataModule
 from .module import SamplerModule
@@ -134,18 +136,26 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
     module = SamplerModule(net, cfg.lr, cfg.weight_decay, min(cfg.warmup_steps, total // 10), total)
     ckpt_dir = out / "checkpoints"
     best = ModelCheckpoint(dirpath=ckpt_dir, filename="best-{epoch}-{step}", monitor="val/auc", mode="max",
-                           save_top_k=1, save_last=True, auto_insert_metric_name=False)
+                           save_top_k=1, auto_insert_metric_name=False)
+    # the resume point: at the end of every epoch once it is complete (a resume then starts the next epoch), and
+    # with val_every also every val_every steps (a resume skips the batches of that epoch already trained on)
+    last_ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0, save_on_train_epoch_end=True,
+                                every_n_train_steps=cfg.val_every or None)
     stop = EarlyStopping(monitor="val/auc", mode="max", patience=cfg.patience, check_finite=False)
     trainer = pl.Trainer(max_epochs=cfg.max_epochs, max_steps=cfg.max_steps, accelerator=cfg.accelerator, devices=1,
-                         precision=cfg.precision, logger=CSVLogger(out, name="logs"),
-                         callbacks=[best, stop, *(callbacks or [])], enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
+                         precision=cfg.precision, logger=CSVLogger(out, name="logs", version=0),
+                         callbacks=[best, last_ckpt, stop, RngState(), *(callbacks or [])], enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
                          val_check_interval=cfg.val_every, check_val_every_n_epoch=None if cfg.val_every else 1,
                          num_sanity_val_steps=0, enable_model_summary=False)
     last = ckpt_dir / "last.ckpt"
     warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
+    resuming = cfg.resume and last.exists()
+    history = LogHistory(out / "logs" / "version_0" / "metrics.csv", last if resuming else None)
+    history.before_fit()                        # one log across interruptions (CSVLogger deletes metrics.csv)
     t0 = time.time()
-    trainer.fit(module, datamodule=data, ckpt_path=str(last) if cfg.resume and last.exists() else None)
+    trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
     wall = time.time() - t0
+    history.after_fit()
     if best.best_model_path and Path(best.best_model_path).exists():
         state = torch.load(best.best_model_path, map_location="cpu", weights_only=True)["state_dict"]
         net.load_state_dict({k[len("net."):]: v for k, v in state.items() if k.startswith("net.")})

@@ -29,6 +29,7 @@ from ..model.trimode import TriModeLM
 from ..model.unlikelihood import repeated_ngram_mask, unlikelihood_loss
 from ..tokenizer import MASK_ID, byte_tokenizer
 from ..utils import RunDirError, prepare_run_dir, step_generator
+from ..resume import LogHistory, RngState
 from ..schedule import optimizer_config
 
 
@@ -458,23 +459,13 @@ def train_lm(cfg: LMTrainConfig) -> Path:
                          precision=cfg.precision, gradient_clip_val=cfg.grad_clip,
                          val_check_interval=cfg.val_every, check_val_every_n_epoch=None,
                          logger=[CSVLogger(out, name="logs", version=0), TensorBoardLogger(out, name="tb", version=0)],
-                         callbacks=[ckpt], enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
+                         callbacks=[ckpt, RngState()], enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
                          max_time=cfg.max_time, num_sanity_val_steps=0, enable_model_summary=False)
     last = ckpt_dir / "last.ckpt"
     resuming = cfg.resume and last.exists()
     log_csv = out / "logs" / "version_0" / "metrics.csv"
-    # Lightning's CSVLogger deletes an existing metrics.csv when it starts: the rows of every interrupted run
-    # before the resume point go to history.csv first, so any number of interruptions loses nothing
-    # (the checkpoint is memory-mapped: only its global_step is read here, Lightning restores the rest)
-    history = log_csv.parent / "history.csv"
-    earlier_log = None
-    if resuming:
-        step = torch.load(last, map_location="cpu", weights_only=False, mmap=True)["global_step"]
-        earlier_log = _log_before([history, log_csv], step)
-        if earlier_log is not None:
-            tmp = history.with_suffix(".csv.partial")
-            earlier_log.to_csv(tmp, index=False)
-            tmp.replace(history)
+    history = LogHistory(log_csv, last if resuming else None)      # the log survives any number of interruptions
+    history.before_fit()
     t0 = time.time()
     trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
     wall = time.time() - t0
@@ -490,12 +481,7 @@ def train_lm(cfg: LMTrainConfig) -> Path:
         save_checkpoint(model, tok, out / "model", meta)
     (out / "metrics.json").write_text(json.dumps({"global_step": trainer.global_step, "wall_s_this_run": wall,
                                                   **metrics}, indent=2) + "\n")
-    if earlier_log is not None:
-        import pandas as pd
-
-        parts = [earlier_log] + ([pd.read_csv(log_csv)] if log_csv.exists() else [])
-        pd.concat(parts, ignore_index=True).to_csv(log_csv, index=False)
-        history.unlink(missing_ok=True)
+    history.after_fit()
     if log_csv.exists():
         shutil.copy(log_csv, out / "model" / "training_log.csv")
     return out / "model"
@@ -513,19 +499,6 @@ def validation_prompts(cfg: LMTrainConfig, tok) -> list[tuple[list[int], list[in
     docs = by_split(load_corpus(cfg.corpus), "validation")
     ps = make_prompts(docs, cfg.val_prompts, 128, cfg.val_gen_len, None if is_byte_tokenizer(tok) else tok)
     return [(list(p.prompt), list(p.real)) for p in ps]
-
-
-def _log_before(logs: list[Path], step: int):
-    """Rows of the Lightning CSV logs ``logs`` (earlier runs' history first) written before optimiser step
-    ``step`` (the resume point; later rows are replayed by the resumed run) as one DataFrame, or None if no
-    log exists yet."""
-    import pandas as pd
-
-    parts = [pd.read_csv(f) for f in logs if f.exists() and f.stat().st_size]
-    if not parts:
-        return None
-    log = pd.concat(parts, ignore_index=True)
-    return log[log["step"] < step]
 
 
 def _to_yaml(d: dict) -> str:

@@ -1,0 +1,81 @@
+"""Exact resume of Lightning training runs: the random-number state and one training log across interruptions.
+
+* :class:`RngState`: a callback whose state (saved in every checkpoint) is the torch (CPU and CUDA), NumPy and
+  Python random states at the moment of saving; restoring it makes dropout and any other global draw of the
+  resumed run continue as the uninterrupted run would have. (Data order does not use these: the workbench's data
+  modules draw from generators seeded by the seed, step or epoch.)
+* :class:`LogHistory`: Lightning's ``CSVLogger`` deletes an existing ``metrics.csv`` when it starts, so the rows of
+  every interrupted run before the resume point are kept in ``history.csv`` beside it first, and merged back when
+  the run ends: the log survives any number of interruptions.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+
+
+class RngState(pl.Callback):
+    """Save and restore the global random states with the checkpoint (see the module docstring)."""
+
+    def state_dict(self) -> dict:
+        # tensors, tuples and numbers only, so a checkpoint still loads with torch.load(weights_only=True)
+        name, keys, pos, has_gauss, gauss = np.random.get_state()
+        state = {"torch": torch.get_rng_state(),
+                 "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)),
+                 "python": random.getstate()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        torch.set_rng_state(state_dict["torch"])
+        name, keys, pos, has_gauss, gauss = state_dict["numpy"]
+        np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+        random.setstate(state_dict["python"])
+        if "cuda" in state_dict and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state_dict["cuda"])
+
+
+class LogHistory:
+    """The training log ``log_csv`` of a run that may be resumed from ``checkpoint`` (see the module docstring).
+
+    Call :meth:`before_fit` before ``trainer.fit`` and :meth:`after_fit` after it returns.
+    """
+
+    def __init__(self, log_csv: Path, checkpoint: Path | None):
+        self.log_csv, self.checkpoint = Path(log_csv), checkpoint
+        self.history = self.log_csv.parent / "history.csv"
+        self.earlier = None
+
+    def before_fit(self) -> None:
+        """On a resume: keep the rows of every earlier run before the checkpoint's step in ``history.csv``."""
+        if self.checkpoint is None or not Path(self.checkpoint).exists():
+            return
+        import pandas as pd
+
+        step = torch.load(self.checkpoint, map_location="cpu", weights_only=False, mmap=True)["global_step"]
+        parts = [pd.read_csv(f) for f in (self.history, self.log_csv) if f.exists() and f.stat().st_size]
+        if not parts:
+            return
+        log = pd.concat(parts, ignore_index=True)
+        self.earlier = log[log["step"] < step]
+        tmp = self.history.with_suffix(".csv.partial")
+        self.earlier.to_csv(tmp, index=False)
+        tmp.replace(self.history)
+
+    def after_fit(self) -> None:
+        """Write the whole log (earlier runs + this one) to ``log_csv`` and drop ``history.csv``."""
+        if self.earlier is None:
+            return
+        import pandas as pd
+
+        parts = [self.earlier] + ([pd.read_csv(self.log_csv)] if self.log_csv.exists() else [])
+        pd.concat(parts, ignore_index=True).to_csv(self.log_csv, index=False)
+        self.history.unlink(missing_ok=True)
+
+
+__all__ = ["RngState", "LogHistory"]
