@@ -18,6 +18,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
+from ..resume import LogHistory, RngState
 from ..model.io import save_checkpoint
 from ..model.presets import PRESETS
 from ..utils import prepare_run_dir, staged_dir
@@ -142,13 +143,18 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
                            save_top_k=0, save_on_train_epoch_end=False)
     trainer = pl.Trainer(max_steps=cfg.max_steps, accelerator=cfg.accelerator, devices=1, precision=cfg.precision,
                          gradient_clip_val=cfg.grad_clip, val_check_interval=min(cfg.val_every, cfg.max_steps),
-                         check_val_every_n_epoch=None, logger=CSVLogger(out, name="logs"), callbacks=[ckpt],
+                         check_val_every_n_epoch=None, logger=CSVLogger(out, name="logs", version=0),
+                         callbacks=[ckpt, RngState()],
                          enable_progress_bar=cfg.progress_bar, log_every_n_steps=10, max_time=cfg.max_time,
                          num_sanity_val_steps=0, enable_model_summary=False)
     last = ckpt_dir / "last.ckpt"
+    resuming = cfg.resume and last.exists()
+    history = LogHistory(out / "logs" / "version_0" / "metrics.csv", last if resuming else None)
+    history.before_fit()                        # one log across interruptions
     t0 = time.time()
-    trainer.fit(module, datamodule=data, ckpt_path=str(last) if cfg.resume and last.exists() else None)
+    trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
     wall = time.time() - t0
+    history.after_fit()
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     meta = {"deer_stage": cfg.stage, "preset": None if cfg.drafter_init else cfg.drafter_preset,
             "init_from": cfg.drafter_init, "init_layers": cfg.init_layers, "target": target_spec,

@@ -22,6 +22,7 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
+from ..resume import LogHistory, RngState
 from ..utils import prepare_run_dir
 from .data import SOURCES, DrafterDataModule, self_distill_windows
 from .lora import add_lora, save_adapter
@@ -238,7 +239,8 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
                            auto_insert_metric_name=False, save_on_train_epoch_end=False)
     trainer = pl.Trainer(max_steps=cfg.max_steps, accelerator=cfg.accelerator, devices=1, precision=cfg.precision,
                          gradient_clip_val=cfg.grad_clip, val_check_interval=min(cfg.val_every, cfg.max_steps),
-                         check_val_every_n_epoch=None, logger=CSVLogger(out, name="logs"), callbacks=[best, LastAfterValidation(ckpt_dir)],
+                         check_val_every_n_epoch=None, logger=CSVLogger(out, name="logs", version=0),
+                         callbacks=[best, LastAfterValidation(ckpt_dir), RngState()],
                          enable_progress_bar=cfg.progress_bar, log_every_n_steps=min(10, cfg.max_steps),
                          max_time=cfg.max_time, num_sanity_val_steps=0, enable_model_summary=False)
     last = ckpt_dir / "last.ckpt"
@@ -247,9 +249,12 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
     if cfg.baseline and not resuming:
         base_metrics = trainer.validate(module, datamodule=data, verbose=False)[0]
         (out / "baseline.json").write_text(json.dumps(base_metrics, indent=2, sort_keys=True) + "\n")
+    history = LogHistory(out / "logs" / "version_0" / "metrics.csv", last if resuming else None)
+    history.before_fit()                        # one log across interruptions
     t0 = time.time()
     trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
     wall = time.time() - t0
+    history.after_fit()
     best_path = best.best_model_path
     if best_path and Path(best_path).exists():
         state = torch.load(best_path, map_location="cpu", weights_only=False)["state_dict"]
