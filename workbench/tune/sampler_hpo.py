@@ -17,7 +17,7 @@ import optuna
 import pytorch_lightning as pl
 
 from ..utils import prepare_run_dir
-from .storage import open_study
+from .storage import mark_worker, open_study
 
 
 class PruningCallback(pl.Callback):
@@ -88,6 +88,7 @@ def run_sampler_hpo(cfg: SamplerHPOConfig) -> dict:
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
     def objective(trial: optuna.Trial) -> float:
+        mark_worker(trial)
         d = trial.suggest_categorical("d_model", cfg.widths)
         tcfg = replace(base, out_dir=str(out / f"trial-{trial.number:03d}"), lr=trial.suggest_float("lr", cfg.lr_low, cfg.lr_high, log=True),
                        d_model=d, heads=max(1, d // 32), depth=trial.suggest_int("depth", cfg.depth_low, cfg.depth_high))

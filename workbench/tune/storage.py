@@ -1,21 +1,41 @@
-"""Optuna storage and sampler choice shared by every study."""
+"""Optuna storage and sampler choice shared by every study, and what happens to the trial of a killed worker.
+
+No trial stays RUNNING for good:
+
+* **RDB storage** (the default SQLite file, or any RDB URL): Optuna's heartbeat. A running trial records a
+  heartbeat every ``heartbeat_interval`` seconds; one silent for ``grace_period`` seconds is stale. Stale trials
+  are failed whenever a worker starts a trial (``optimize`` calls :func:`optuna.storages.fail_stale_trials`) and
+  when a study is opened, and :class:`~optuna.storages.RetryFailedTrialCallback` enqueues a retry with the same
+  parameters (at most ``MAX_RETRY`` times).
+* **Journal file** (no heartbeat in Optuna 5): every trial records its worker (host and process id); when a
+  study is opened, a RUNNING trial of this host whose process is gone is failed and retried the same way. Trials of
+  other hosts are left to those hosts' next worker.
+"""
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 import optuna
 
+#: Retries of a trial whose worker died.
+MAX_RETRY = 2
+
 OPTUNA_SAMPLERS = ("tpe", "nsga2")
 
 
-def make_storage(storage: str | None, out_dir: Path):
+def make_storage(storage: str | None, out_dir: Path, heartbeat_interval: int = 30, grace_period: int | None = None):
     """``None`` → SQLite file ``out_dir/optuna.db``; an RDB URL (``sqlite:///``, ``postgresql://``, ...) →
-    :class:`optuna.storages.RDBStorage`; any other string is a journal file path (many workers on many
-    machines sharing a file system) → :class:`optuna.storages.JournalStorage`."""
-    if storage is None:
-        return f"sqlite:///{(out_dir / 'optuna.db').resolve()}"
-    if "://" in storage:
-        return storage
+    :class:`optuna.storages.RDBStorage` with the heartbeat (see the module docstring; ``grace_period`` defaults to
+    three intervals); any other string is a journal file path (many workers on many machines sharing a file
+    system) → :class:`optuna.storages.JournalStorage`."""
+    from optuna.storages import RDBStorage, RetryFailedTrialCallback
+
+    if storage is None or "://" in storage:
+        url = f"sqlite:///{(out_dir / 'optuna.db').resolve()}" if storage is None else storage
+        return RDBStorage(url, heartbeat_interval=heartbeat_interval, grace_period=grace_period or 3 * heartbeat_interval,
+                          failed_trial_callback=RetryFailedTrialCallback(max_retry=MAX_RETRY))
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
@@ -53,15 +73,61 @@ def make_sampler(name: str, seed: int | None):
     raise ValueError(f"unknown Optuna sampler {name!r}; valid: {', '.join(OPTUNA_SAMPLERS)}")
 
 
+def worker_id() -> str:
+    """``host:pid`` of this process, recorded on every trial it runs (:func:`mark_worker`)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def mark_worker(trial: optuna.Trial) -> None:
+    """Record the worker running ``trial`` (call first in every objective)."""
+    trial.set_user_attr("worker", worker_id())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover_stale_trials(study: optuna.Study) -> list[int]:
+    """Fail the RUNNING trials of dead workers and enqueue their retries (see the module docstring); returns the
+    numbers of the trials failed. RDB storage: Optuna's heartbeat check; journal: this host's dead processes."""
+    from optuna.storages import RetryFailedTrialCallback
+    from optuna.storages._heartbeat import BaseHeartbeat
+    from optuna.trial import TrialState
+
+    running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    if isinstance(study._storage, BaseHeartbeat):
+        optuna.storages.fail_stale_trials(study)
+    else:
+        host = socket.gethostname()
+        retry = RetryFailedTrialCallback(max_retry=MAX_RETRY)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            w = str(t.user_attrs.get("worker", ""))
+            h, _, pid = w.rpartition(":")
+            if h == host and pid.isdigit() and not _alive(int(pid)):
+                if study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+                    retry(study, study._storage.get_trial(t._trial_id))
+    still = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    return sorted(running - still)
+
+
 def open_study(name: str, storage: str | None, out_dir: Path, sampler: str = "tpe", seed: int | None = 0,
-               **kwargs) -> optuna.Study:
+               heartbeat_interval: int = 30, grace_period: int | None = None, **kwargs) -> optuna.Study:
     """Create the study ``name`` in ``make_storage(storage, out_dir)`` or resume it (``load_if_exists``).
 
     The sampler's seed is ``seed + n``, where n is the number of trials already in the study. With a fixed
     seed alone, a resumed study would redraw the first trials' parameters (TPE's start-up trials are random
     draws from that seed) and add duplicate points to the front. ``seed = None`` draws from the OS. Workers
     started together on one storage should each get their own seed (or ``None``): they see the same ``n``.
-    ``kwargs`` go to :func:`optuna.create_study` (``directions``, ``direction``, ``pruner``)."""
-    study = optuna.create_study(study_name=name, storage=make_storage(storage, out_dir), load_if_exists=True, **kwargs)
+    ``kwargs`` go to :func:`optuna.create_study` (``directions``, ``direction``, ``pruner``). A dead worker's
+    RUNNING trial is failed and retried when the study is opened (:func:`recover_stale_trials`)."""
+    study = optuna.create_study(study_name=name, storage=make_storage(storage, out_dir, heartbeat_interval, grace_period),
+                                load_if_exists=True, **kwargs)
+    recover_stale_trials(study)
     study.sampler = make_sampler(sampler, None if seed is None else seed + len(study.trials))
     return study

@@ -13,7 +13,7 @@ import optuna
 import pandas as pd
 
 from ..utils import prepare_run_dir
-from .storage import open_study
+from .storage import mark_worker, open_study
 
 SWEEP_POLICIES = ("confidence", "sampler")
 ACCURACY_METRICS = ("agree_serial", "token_acc")
@@ -65,6 +65,9 @@ class SweepConfig:
     """Optuna sampler: tpe (Optuna 5's default) or nsga2."""
     seed: int | None = 0
     """Optuna sampler seed (a resumed study uses seed + its trial count; give parallel workers their own)."""
+    heartbeat_interval: int = 30
+    """Seconds between heartbeats of a running trial (RDB storage); a trial silent for 3 intervals is failed and
+    retried (a killed worker's trial never stays RUNNING)."""
 
     def validate(self) -> None:
         if self.policy not in SWEEP_POLICIES:
@@ -117,6 +120,7 @@ class ThresholdObjective:
         return self._serial[b]
 
     def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
+        mark_worker(trial)
         cfg = self.cfg
         b = trial.suggest_categorical("block_length", cfg.block_lengths) if cfg.tune_block_length else cfg.block_lengths[0]
         tau = trial.suggest_float("threshold", cfg.threshold_low, cfg.threshold_high)
@@ -136,7 +140,8 @@ def run_sweep(cfg: SweepConfig) -> dict:
     out = prepare_run_dir(cfg.out_dir)
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = open_study(cfg.study, cfg.storage, out, cfg.optuna_sampler, cfg.seed, directions=["maximize", "maximize"])
+    study = open_study(cfg.study, cfg.storage, out, cfg.optuna_sampler, cfg.seed, cfg.heartbeat_interval,
+                       directions=["maximize", "maximize"])
     import warnings
 
     with warnings.catch_warnings():
