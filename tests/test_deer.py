@@ -113,7 +113,6 @@ def test_leading_matches_is_greedy_acceptance():
     assert leading_matches(pred, tgt, valid).tolist() == [2, 0, 3]
 
 
-
 def test_greedy_tau_estimate_matches_the_cycle_walk():
     """With drafter errors at fixed, independently drawn positions of each answer, the mean of a + 1 over
     all cuts equals the τ of walking greedy cycles s → s + a(s) + 1; the harmonic mean (the old val/tau)
@@ -475,29 +474,3 @@ def test_train_deer_stage2_without_init_is_a_one_line_error(tmp_path, capsys):
     assert main(["deer", "teacher", "--split", "test", "--out_dir", str(tmp_path / "t")]) == 2
     assert "held out" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "t").exists()
-
-
-def test_train_deer_resume_equals_uninterrupted(tmp_path, small_corpus, micro_checkpoint):
-    """Killed at a checkpoint and resumed, DEER training gives the uninterrupted run's weights and log (issue 27 §3)."""
-    import pandas as pd
-
-    from conftest import stop_lightning_at
-    from workbench.deer.train import DeerTrainConfig, train_deer
-    from workbench.model.io import load_checkpoint
-
-    cfg = TeacherConfig(target=str(micro_checkpoint), corpus=str(small_corpus), n_answers=24, prompt_len=24,
-                        gen_len=12, batch_size=4, chunk_size=8, out_dir=str(tmp_path / "teacher"))
-    generate_teacher(cfg, *load_checkpoint(micro_checkpoint)[:2])
-    common = dict(teacher=str(tmp_path / "teacher"), batch_size=4, val_every=2, val_percent=30, warmup_steps=1,
-                  checkpoint_every=2, progress_bar=False, accelerator="cpu", stage=1, drafter_preset="micro",
-                  max_steps=6)
-    a = train_deer(DeerTrainConfig(out_dir=str(tmp_path / "a"), **common))
-    with stop_lightning_at(4):
-        train_deer(DeerTrainConfig(out_dir=str(tmp_path / "b"), **common))
-    b = train_deer(DeerTrainConfig(out_dir=str(tmp_path / "b"), **common))
-    wa, wb = load_checkpoint(a)[0].state_dict(), load_checkpoint(b)[0].state_dict()
-    for k in wa:
-        torch.testing.assert_close(wa[k], wb[k], atol=1e-6, rtol=1e-5, msg=k)
-    la = pd.read_csv(tmp_path / "a" / "logs/version_0/metrics.csv")
-    lb = pd.read_csv(tmp_path / "b" / "logs/version_0/metrics.csv")
-    assert la["step"].tolist() == lb["step"].tolist()

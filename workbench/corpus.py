@@ -111,6 +111,13 @@ def load_text_file(path: str | os.PathLike, fractions: tuple[int, int, int] = DE
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"corpus file {path} does not exist")
+    try:
+        return _load_text_file(path, fractions)
+    except UnicodeDecodeError:
+        raise CorpusError(f"corpus file {path} is not UTF-8 text") from None
+
+
+def _load_text_file(path: Path, fractions: tuple[int, int, int]) -> list[Document]:
     docs: list[Document] = []
     if path.suffix == ".jsonl":
         with path.open(encoding="utf-8") as f:

@@ -85,9 +85,19 @@ def load_checkpoint(path: str | Path, add_mask_token: bool = False, device: str 
     added = tok.mask_token_id is None
     mask_id = require_mask_token(tok, add=True) if add_mask_token or not added else None
     try:
-        backbone, info = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, output_loading_info=True)
+        from transformers.utils import logging as hf_logging
+
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()         # transformers prints a multi-line load report on mismatches
+        try:
+            backbone, info = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, output_loading_info=True)
+        finally:
+            hf_logging.set_verbosity(verbosity)
     except Exception as e:  # noqa: BLE001
-        raise CheckpointError(f"could not load a causal LM from {p}: {type(e).__name__}: {e}") from None
+        if "mismatched_sizes" in str(e) or "size mismatch" in str(e):
+            raise CheckpointError(f"{p}: the weights do not have the shapes its config.json describes (e.g. another "
+                                  "hidden size or vocabulary); restore the config.json that came with the weights") from None
+        raise CheckpointError(f"could not load a causal LM from {p}: {type(e).__name__}: {' '.join(str(e).split())}") from None
     if info.get("missing_keys"):
         missing = sorted(info["missing_keys"])
         raise CheckpointError(f"{p}: the weights of {len(missing)} parameters (e.g. {missing[0]}) are not in the "

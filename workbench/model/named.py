@@ -303,8 +303,8 @@ def resolve(spec: str, fetch_missing: bool = True) -> tuple[Path, Path | None]:
         return verify_cached(name), None
     p = Path(spec)
     if not p.exists() and os.sep not in spec and "/" not in spec:
-        raise NamedModelError(f"unknown model {spec!r}: not a named model ({', '.join(all_names())}) and no such "
-                              "path")
+        raise NamedModelError(f"unknown model {spec!r} (no such path either); valid: {', '.join(all_names())}, or a "
+                              "checkpoint directory")
     return p, None
 
 

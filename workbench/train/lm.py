@@ -161,6 +161,15 @@ class LMTrainConfig:
         if self.lora_rank and self.ul_prob > 0:
             raise ValueError("unlikelihood steps train the AR pathway, which a gated LoRA keeps frozen; "
                              "set ul_prob 0 or lora_rank 0")
+        for name in ("seq_len", "batch_size", "max_steps", "val_every", "val_windows", "checkpoint_every"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+        if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:
+            raise ValueError("warmup_steps, weight_decay and grad_clip must be >= 0")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
         if self.val_prompts < 0 or self.val_draft_length < 1 or self.val_gen_len < 1:
             raise ValueError("val_prompts must be ≥ 0, val_draft_length and val_gen_len ≥ 1")
         if self.ul_weight < 0:
@@ -391,6 +400,22 @@ def unlikelihood_step(model: TriModeLM, batch: torch.Tensor, cfg: LMTrainConfig,
     return cfg.ul_weight * (ul_ar + ul_diff), logs
 
 
+def check_train_dir(path) -> None:
+    """A training run directory must be absent, empty, or a previous run of ``train lm`` (it holds
+    ``config.yaml``; the run resumes there) and writable; a folder of other files is refused (one line), so a run
+    never writes beside a user's files. Raises :class:`~workbench.utils.RunDirError`."""
+    from ..utils import check_run_dir
+
+    p = Path(path)
+    if p.exists():
+        if not p.is_dir():
+            raise RunDirError(f"{p} exists and is not a directory; choose another --out_dir")
+        if any(p.iterdir()) and not (p / "config.yaml").is_file():
+            raise RunDirError(f"{p} exists and holds files that are not a train lm run (no config.yaml); choose "
+                              "another --out_dir")
+    check_run_dir(p)
+
+
 def build_model(cfg: LMTrainConfig):
     """The :class:`TriModeLM` and tokenizer a run starts from (fresh preset or ``init_from``), in train mode.
 
@@ -440,16 +465,22 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     Raises ``ValueError`` for an inconsistent config, :class:`~workbench.utils.RunDirError` for an
     unwritable run directory, :class:`~workbench.corpus.CorpusError` for an empty corpus.
     """
+    # everything that can be refused is checked before anything is written (issue 27 §6)
     cfg.validate()
-    out = prepare_run_dir(cfg.out_dir)
-    (out / "config.yaml").write_text(_to_yaml(asdict(cfg)))
+    check_train_dir(cfg.out_dir)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     model, tok = build_model(cfg)
+    ctx = int(getattr(model.backbone.config, "max_position_embeddings", 0) or 0)
+    if ctx and cfg.seq_len > ctx:
+        raise ValueError(f"seq_len {cfg.seq_len} exceeds the model context ({ctx} tokens); use --seq_len <= {ctx}")
     from .. import tokenizer as _t
 
     data = LMDataModule(cfg.corpus, cfg.seq_len, cfg.batch_size, train_windows=cfg.max_steps * cfg.batch_size,
                         val_windows=cfg.val_windows, seed=cfg.seed,
                         tokenizer=None if _t.is_byte_tokenizer(tok) else tok, train_data=cfg.train_data)
+    data.setup()                                # an empty corpus or split fails here, before the run directory
+    out = prepare_run_dir(cfg.out_dir)
+    (out / "config.yaml").write_text(_to_yaml(asdict(cfg)))
     whitespace = frozenset(whitespace_ids(tok, model.backbone.config.vocab_size)) if cfg.ul_prob > 0 else frozenset()
     module = TriModeLMModule(model, cfg, whitespace, validation_prompts(cfg, tok))
     ckpt_dir = out / "checkpoints"

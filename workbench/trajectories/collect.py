@@ -16,6 +16,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -30,6 +31,7 @@ from ..decoding.diffusion import diffusion_decode
 from ..decoding.rules import confidence_rule, hybrid_rule, serial_rule
 from ..evaluation.prompts import make_prompts
 from ..model.fingerprint import model_fingerprint, tokenizer_hash
+from ..utils import check_run_dir
 from ..tokenizer import is_byte_tokenizer
 from .features import feature_spec, step_record, token_pca
 
@@ -88,11 +90,15 @@ class CollectConfig:
         if self.policy not in TRAJECTORY_POLICIES:
             raise ValueError(f"unknown trajectory policy {self.policy!r}; valid: {', '.join(TRAJECTORY_POLICIES)}")
         check_threshold(self.threshold)
+        if not self.block_lengths:
+            raise ValueError("--block_lengths is empty; give at least one block length, e.g. [8, 32]")
         for b in self.block_lengths:
             if b <= 0:
                 raise DecodeError(f"block length must be positive, got {b}")
-        if self.batch_size <= 0 or self.blocks_per_prompt <= 0 or self.n_prompts <= 0:
-            raise ValueError("batch_size, blocks_per_prompt and n_prompts must be positive")
+        for name in ("batch_size", "blocks_per_prompt", "n_prompts", "context_len", "rows_per_chunk",
+                     "prompts_per_file", "devices"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
         feature_spec(self.feature_dim)
 
 
@@ -281,6 +287,7 @@ def run_collect(cfg: CollectConfig) -> dict:
     from .store import create_store
 
     cfg.validate()
+    check_run_dir(Path(cfg.out).parent if not Path(cfg.out).exists() else cfg.out)   # a read-only file system
     pl.seed_everything(cfg.seed, verbose=False)
     model, tok, _ = load_model(cfg.model, "cpu")
     docs = load_corpus(cfg.prompts) if cfg.prompts else by_split(load_corpus(cfg.corpus), cfg.split)

@@ -5,7 +5,7 @@ No trial stays RUNNING for good:
 * **RDB storage** (the default SQLite file, or any RDB URL): Optuna's heartbeat. A running trial records a
   heartbeat every ``heartbeat_interval`` seconds; one silent for ``grace_period`` seconds is stale. Stale trials
   are failed whenever a worker starts a trial (``optimize`` calls :func:`optuna.storages.fail_stale_trials`) and
-  when a study is opened, and :class:`~optuna.storages.RetryFailedTrialCallback` enqueues a retry with the same
+  when a study is opened, and :class:`~optuna.storages.RetryHeartbeatStaleTrialCallback` enqueues a retry with the same
   parameters (at most ``MAX_RETRY`` times).
 * **Journal file** (no heartbeat in Optuna 5): every trial records its worker (host and process id); when a
   study is opened, a RUNNING trial of this host whose process is gone is failed and retried the same way. Trials of
@@ -30,12 +30,22 @@ def make_storage(storage: str | None, out_dir: Path, heartbeat_interval: int = 3
     :class:`optuna.storages.RDBStorage` with the heartbeat (see the module docstring; ``grace_period`` defaults to
     three intervals); any other string is a journal file path (many workers on many machines sharing a file
     system) → :class:`optuna.storages.JournalStorage`."""
-    from optuna.storages import RDBStorage, RetryFailedTrialCallback
+    import warnings
+
+    from optuna.storages import RDBStorage
 
     if storage is None or "://" in storage:
         url = f"sqlite:///{(out_dir / 'optuna.db').resolve()}" if storage is None else storage
-        return RDBStorage(url, heartbeat_interval=heartbeat_interval, grace_period=grace_period or 3 * heartbeat_interval,
-                          failed_trial_callback=RetryFailedTrialCallback(max_retry=MAX_RETRY))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")          # the heartbeat options are marked experimental
+                return RDBStorage(url, heartbeat_interval=heartbeat_interval,
+                                  grace_period=grace_period or 3 * heartbeat_interval,
+                                  heartbeat_stale_trial_callback=_retry())
+        except Exception as e:  # noqa: BLE001 - sqlalchemy's plugin / connection errors
+            raise ValueError(f"--storage {url} cannot be opened as an RDB URL ({type(e).__name__}: "
+                             f"{' '.join(str(e).split())}); give sqlite:///path.db, postgresql://..., mysql://... or "
+                             "a journal file path") from None
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
@@ -73,6 +83,17 @@ def make_sampler(name: str, seed: int | None):
     raise ValueError(f"unknown Optuna sampler {name!r}; valid: {', '.join(OPTUNA_SAMPLERS)}")
 
 
+def _retry():
+    """Optuna's retry of a trial whose worker died: the same parameters, at most :data:`MAX_RETRY` times."""
+    import warnings
+
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
+
+
 def worker_id() -> str:
     """``host:pid`` of this process, recorded on every trial it runs (:func:`mark_worker`)."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -96,7 +117,6 @@ def _alive(pid: int) -> bool:
 def recover_stale_trials(study: optuna.Study) -> list[int]:
     """Fail the RUNNING trials of dead workers and enqueue their retries (see the module docstring); returns the
     numbers of the trials failed. RDB storage: Optuna's heartbeat check; journal: this host's dead processes."""
-    from optuna.storages import RetryFailedTrialCallback
     from optuna.storages._heartbeat import BaseHeartbeat
     from optuna.trial import TrialState
 
@@ -105,7 +125,7 @@ def recover_stale_trials(study: optuna.Study) -> list[int]:
         optuna.storages.fail_stale_trials(study)
     else:
         host = socket.gethostname()
-        retry = RetryFailedTrialCallback(max_retry=MAX_RETRY)
+        retry = _retry()
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             w = str(t.user_attrs.get("worker", ""))
             h, _, pid = w.rpartition(":")

@@ -13,7 +13,7 @@ import optuna
 import pandas as pd
 
 from ..utils import prepare_run_dir
-from .storage import mark_worker, open_study
+from .storage import make_storage, mark_worker, open_study
 
 SWEEP_POLICIES = ("confidence", "sampler")
 ACCURACY_METRICS = ("agree_serial", "token_acc")
@@ -70,6 +70,8 @@ class SweepConfig:
     retried (a killed worker's trial never stays RUNNING)."""
 
     def validate(self) -> None:
+        if self.heartbeat_interval <= 0:
+            raise ValueError(f"--heartbeat_interval must be positive, got {self.heartbeat_interval}")
         if self.policy not in SWEEP_POLICIES:
             raise ValueError(f"unknown sweep policy {self.policy!r}; valid: {', '.join(SWEEP_POLICIES)}")
         from ..evaluation.harness import MODES
@@ -137,6 +139,8 @@ class ThresholdObjective:
 def run_sweep(cfg: SweepConfig) -> dict:
     """Create or resume the study, run until it has ``n_trials`` finished trials, export and plot."""
     cfg.validate()
+    if cfg.storage:                             # a bad --storage fails before anything is written
+        make_storage(cfg.storage, Path(cfg.out_dir), cfg.heartbeat_interval)
     out = prepare_run_dir(cfg.out_dir)
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
