@@ -30,3 +30,46 @@ def test_garbage_metadata_names_the_file(store, garbage):
     msg = one_line_error(lambda: verify_store(store), "damaged", "rows/entropy/zarr.json")
     assert "re-run the collection" in msg
     one_line_error(lambda: StoreReader(store, B), "rows/entropy/zarr.json")
+
+
+_RACER = """
+import sys
+from workbench.trajectories import StoreError, create_store
+from test_store import ATTRS
+b = int(sys.argv[2])
+try:
+    create_store(sys.argv[1], {**ATTRS, "block_lengths": [b]}, [b])
+    print("created")
+except StoreError as e:
+    print("refused:", e)
+"""
+
+
+def test_concurrent_creations_one_wins_the_other_is_refused(tmp_path):
+    """Two collections started at once into a new path with other block lengths (issue 27 §5): both used to
+    return 0, leaving root attributes that disagree with the groups. Now exactly one creates the store, the other
+    is refused in one line, and the store verifies."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    for trial in range(4):
+        path = tmp_path / f"race{trial}.zarr"
+        procs = [subprocess.Popen([sys.executable, "-c", _RACER, str(path), str(b)], cwd=REPO / "tests",
+                                  stdout=subprocess.PIPE, text=True) for b in (8, 16)]
+        outs = [p.communicate()[0].strip() for p in procs]
+        assert sorted(o.split(":")[0] for o in outs) == ["created", "refused"], outs
+        assert all("\n" not in o for o in outs)
+        winner = 8 if outs[0] == "created" else 16
+        s = verify_store(path)
+        assert list(s["block_lengths"]) == [winner]
+
+
+def test_verify_checks_recorded_block_lengths_against_groups(tmp_path):
+    import zarr
+
+    path = new_store(tmp_path / "s", items=range(4))
+    root = zarr.open_group(path, mode="a")
+    root.attrs["block_lengths"] = [16]
+    one_line_error(lambda: verify_store(path), "records block lengths [16]", "two collections")

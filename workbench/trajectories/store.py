@@ -35,6 +35,7 @@ import math
 import os
 import re
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -91,8 +92,30 @@ def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndar
 
     If a store with identical attrs, block lengths and ``token_pca`` exists this is a no-op (how resume
     re-opens it). Raises StoreError if it exists with different settings or ``path`` is something else.
+
+    Atomic against concurrent creators: the whole check-or-create runs under an exclusive lock on
+    ``.<name>.create-lock`` beside the store (``fcntl.flock``, released if the process dies), so of two collections
+    started at once into a new path, the second finds the first's finished store and is refused if its settings
+    differ.
     """
     p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with _creation_lock(p):
+        _create_store_locked(p, attrs, block_lengths, token_pca)
+
+
+@contextmanager
+def _creation_lock(p: Path):
+    lock = p.parent / f".{p.name}.create-lock"
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _create_store_locked(p: Path, attrs: dict, block_lengths: list[int], token_pca: np.ndarray | None) -> None:
     attrs = {"schema_version": SCHEMA_VERSION, **_jsonable(attrs)}
     lens = sorted({int(b) for b in block_lengths})
     if not lens or min(lens) < 1:
@@ -124,14 +147,18 @@ def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndar
                                               for f in os.listdir(p))):
         raise StoreError(f"{p} exists and is not a workbench trajectory store: choose another path")
     # New store, or an interrupted create_store: build from scratch; root attrs last (they mark it complete).
-    root = zarr.open_group(p, mode="w")
-    for b in lens:
-        root.create_group(f"B{b}", attributes={"block_length": b})
-    if token_pca is not None:
-        arr = root.create_array("token_pca", shape=token_pca.shape, dtype=np.float16,
-                                chunks=(min(len(token_pca), 8192) or 1, token_pca.shape[1]), compressors=COMPRESSORS)
-        arr[:] = token_pca
-    root.update_attributes(attrs)  # one atomic zarr.json write (attrs.update rewrites it once per key)
+    try:
+        root = zarr.open_group(p, mode="w")
+        for b in lens:
+            root.create_group(f"B{b}", attributes={"block_length": b})
+        if token_pca is not None:
+            arr = root.create_array("token_pca", shape=token_pca.shape, dtype=np.float16,
+                                    chunks=(min(len(token_pca), 8192) or 1, token_pca.shape[1]), compressors=COMPRESSORS)
+            arr[:] = token_pca
+        root.update_attributes(attrs)  # one atomic zarr.json write (attrs.update rewrites it once per key)
+    except (zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError):
+        raise StoreError(f"another collection holds the store {p} (it created it meanwhile); wait for it or use "
+                         "another --out") from None
 
 
 def check_metadata(path: Path) -> None:
@@ -580,6 +607,10 @@ def verify_store(path, model_fingerprint: str | None = None, tokenizer_hash: str
             raise StoreError(f"token_pca has {root['token_pca'].shape[0]} rows but the store's vocab_size is {vocab}: "
                              "the store mixes two vocabularies; collect it again")
     n_cat = len(root.attrs.get("categories") or []) or None
+    recorded = root.attrs.get("block_lengths")
+    if recorded is not None and sorted(int(b) for b in recorded) != _block_lengths(root):
+        raise StoreError(f"store {path} records block lengths {sorted(recorded)} but holds groups for "
+                         f"{_block_lengths(root)}: two collections wrote it at once; delete it and collect again")
     summary = {"path": str(path), "schema_version": root.attrs["schema_version"], "block_lengths": {}}
     for B in _block_lengths(root):
         shards = _shards(root, B, path)
