@@ -86,12 +86,10 @@ def run_demo(cfg: DemoConfig) -> Path:
         cat_summary.to_parquet(run / "summary_by_category.parquet", index=False)
         plot_accuracy_vs_tpf(summary, run / "accuracy_vs_tpf.png", "agree_serial")
         plot_accuracy_vs_tpf(summary, run / "token_acc_vs_tpf.png", "token_acc")
-        model_dir = Path(model_spec) if not str(model_spec).startswith("builtin:") else None
-        if model_dir is None:
-            from ..assets import builtin_model_path
+        from ..model.named import resolve
 
-            model_dir = builtin_model_path(str(model_spec).split(":", 1)[1])
-        has_curves = plot_training_curves(Path(model_dir) / "training_log.csv", run / "training_curves.png")
+        base_dir, adapter_dir = resolve(str(model_spec), fetch_missing=False)
+        has_curves = plot_training_curves(Path(adapter_dir or base_dir) / "training_log.csv", run / "training_curves.png")
 
         stage_s: dict[str, float] = {}          # wall seconds of each later stage, for the report
 

@@ -17,11 +17,16 @@ from ..sol.runner import run_sol
 
 
 def sol_ceilings(model, prompts: list[list[int]], lengths: list[int], gen_len: int, pad_id: int,
-                 ar_tokens: list[list[int]] | None, precision: str, budget: int = 5000) -> pd.DataFrame:
+                 ar_tokens: list[list[int]] | None, precision: str, budget: int = 5000,
+                 progress_bar: bool = True) -> pd.DataFrame:
     """One row per (ceiling, B): ``ceiling`` ('serial' or 'ar_greedy'), ``block_length``, ``sol`` (acceptance),
     ``greedy`` (greedy acceptance), ``blocks``. ``ar_tokens``: AR greedy's ``gen_len`` tokens per prompt
     (None: SOL(AR greedy) is skipped)."""
+    from tqdm.auto import tqdm
+
     rows = []
+    n_runs = len(lengths) * (2 if ar_tokens is not None else 1)
+    bar = tqdm(total=n_runs * len(prompts) * gen_len, desc="SOL ceilings", unit="tok", disable=not progress_bar)
     for b in lengths:
         n_blocks = gen_len // b
         runs = {"serial": None}
@@ -30,12 +35,15 @@ def sol_ceilings(model, prompts: list[list[int]], lengths: list[int], gen_len: i
         for name, targets in runs.items():
             if targets is not None and any(len(t) < n_blocks * b for t in targets):
                 continue                         # AR greedy stopped early (EOS): not a full target
-            recs = run_sol(model, prompts, b, n_blocks, pad_id, budget=budget, precision=precision, targets=targets)
+            bar.set_postfix_str(f"{name} B={b}")
+            recs = run_sol(model, prompts, b, n_blocks, pad_id, budget=budget, precision=precision, targets=targets,
+                           progress=lambda k, b=b, base=bar.n: bar.update(base + k * b - bar.n))
             blocks = sum(1 for _ in recs)
             rows.append({"ceiling": name, "block_length": b, "blocks": blocks,
                          "sol": b * blocks / sum(r["sol_forwards"] for r in recs),
                          "greedy": b * blocks / sum(r["greedy_forwards"] for r in recs),
                          "compaction": b * blocks / sum(r["compaction_forwards"] for r in recs)})
+    bar.close()
     return pd.DataFrame(rows)
 
 

@@ -187,7 +187,8 @@ def sol_ceilings_for(model, prompts, cfg: LeaderboardConfig, pad: int, ar_free) 
     from .ceilings import sol_ceilings
 
     return sol_ceilings(model, [list(p.prompt) for p in prompts], cfg.block_lengths, cfg.gen_len, pad,
-                        ar_free.tokens if ar_free is not None else None, cfg.precision, cfg.sol_budget)
+                        ar_free.tokens if ar_free is not None else None, cfg.precision, cfg.sol_budget,
+                        cfg.progress_bar)
 
 
 def _introspective(model, prompts, res, st: Setting, cfg: LeaderboardConfig, pad: int, sampled: bool) -> float:

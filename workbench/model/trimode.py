@@ -119,7 +119,7 @@ class TriModeLM(nn.Module):
         gate[:, :seq_len] = True
         with lora_positions(self, gate):
             logits = self.backbone(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=False).logits
-        return logits[:, seq_len:], logits[:, :seq_len]
+        return self._hide_mask(logits[:, seq_len:]), logits[:, :seq_len]
 
     def noisy_stream_logits(self, clean: torch.Tensor, noisy: torch.Tensor, block_length: int,
                             causal_in_block: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,7 +145,7 @@ class TriModeLM(nn.Module):
         pos = torch.arange(seq_len, device=clean.device).unsqueeze(0).expand(n, -1)
         cache = self.new_cache()
         with torch.no_grad(), lora_positions(self, False):
-            clean_logits = self.forward_backbone(clean, pos, None, cache)
+            clean_logits = self._hide_mask(self.forward_backbone(clean, pos, None, cache))
         allowed = dual_stream_allowed(seq_len, block_length, clean.device, causal_in_block)[:seq_len]
         allowed = torch.cat([allowed[:, seq_len:], allowed[:, :seq_len]], dim=1)   # keys [clean | noisy]
         with lora_positions(self, True):
