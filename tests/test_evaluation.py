@@ -140,3 +140,19 @@ def test_sampled_batches_draw_independent_samples(micro_model):
     assert again.tokens == sampled.tokens                  # still reproducible from the seed
     greedy = decode_prompts(micro_model, "ar_greedy", prompts, "free", 1, 0)
     assert greedy.tokens[0] == greedy.tokens[1]
+
+
+def test_evaluate_reports_introspective_acceptance(micro_model, tokenizer, small_corpus):
+    """I-DLM §2 as an evaluate column: AR greedy and AR sampling draw from the causal distribution itself (α = 1
+    up to the rounding between step and one-pass forwards); diffusion decoders record q and get α in (0, 1]."""
+    from workbench.corpus import by_split, load_corpus
+    from workbench.evaluation.prompts import make_prompts
+
+    prompts = make_prompts(by_split(load_corpus(str(small_corpus)), "test"), 3, 32, 8)
+    cfg = EvalConfig(n_prompts=3, gen_len=8, block_lengths=[4], thresholds=[0.9], sample_temperatures=[0.8],
+                     precision="fp32", progress_bar=False)
+    df = evaluate_model(micro_model, tokenizer, prompts, cfg)
+    ar = df[df["policy"].str.startswith("ar_")]["introspective_acceptance"]
+    assert ar.tolist() == pytest.approx([1.0] * len(ar), abs=1e-5)
+    other = df[~df["policy"].str.startswith("ar_")]["introspective_acceptance"]
+    assert other.notna().all() and ((other > 0) & (other <= 1)).all()

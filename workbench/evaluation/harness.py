@@ -21,14 +21,15 @@ from ..decoding import DecodeResult, get_policy
 from ..decoding.base import DecodeError, check_lengths, check_threshold
 from ..model.load import load_model, resolve_device
 from ..tokenizer import is_byte_tokenizer
-from .metrics import (agreement, ar_nll, first_line, known_words, nan_mean, oov_word_rate, repetition_rate,
-                      whitespace_ids, whitespace_share, whitespace_share_multi)
+from .metrics import (agreement, ar_token_logprobs, first_line, introspective_acceptance, known_words, nan_mean,
+                      oov_word_rate, repetition_rate, whitespace_ids, whitespace_share, whitespace_share_multi)
 from .prompts import Prompt, make_prompts
 
 MODES = ("real", "free")
 #: How reports name the two context modes.
 MODE_NAMES = {"real": "real-context", "free": "free-running"}
 METRIC_COLUMNS = ("tpf", "tpf_real", "agree_ar", "agree_serial", "token_acc", "first_line_exact", "ar_nll",
+                  "introspective_acceptance",
                   "repetition", "real_repetition", "oov_word_rate", "real_oov_word_rate", "ws_share", "ws_share_multi",
                   "real_ws_share", "tokens_per_s")
 KNOBS = {"ar_sample": "temperature"}
@@ -122,13 +123,23 @@ def decode_prompts(model, policy: str, prompts: list[Prompt], mode: str, bs: int
     return res
 
 
-def _nll(model, prompts, res: DecodeResult, mode: str, block_length: int | None, bs: int, pad_id: int, precision: str):
-    out = []
+def _nll(model, prompts, res: DecodeResult, mode: str, block_length: int | None, bs: int, pad_id: int, precision: str,
+         temperature: float = 1.0) -> tuple[list[float], list[float]]:
+    """Per prompt: the AR negative log-likelihood of the generated tokens (nats per token) and the introspective
+    acceptance α of I-DLM §2 (NaN when the decoder records no ``q``), from one introspection forward per batch."""
+    nll, alpha = [], []
     for i in range(0, len(prompts), bs):
         chunk = prompts[i:i + bs]
         real = [list(p.real) for p in chunk] if mode == "real" else None
-        out += ar_nll(model, [list(p.prompt) for p in chunk], res.tokens[i:i + bs], real, block_length, pad_id, precision)
-    return out
+        lp = ar_token_logprobs(model, [list(p.prompt) for p in chunk], res.tokens[i:i + bs], real, block_length,
+                               pad_id, precision)
+        nll += [-sum(r) / len(r) if r else float("nan") for r in lp]
+        qs = res.token_probs[i:i + bs] if res.token_probs else [[] for _ in chunk]
+        if temperature != 1.0 and any(qs):            # a sampled decoder's q is at its temperature: so is p
+            lp = ar_token_logprobs(model, [list(p.prompt) for p in chunk], res.tokens[i:i + bs], real, block_length,
+                                   pad_id, precision, temperature)
+        alpha += [introspective_acceptance([q], [row]) if q else float("nan") for q, row in zip(qs, lp)]
+    return nll, alpha
 
 
 def default_runs(cfg: EvalConfig) -> list[tuple]:
@@ -208,7 +219,8 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
             ar_out[(mode, b)] = res
         if policy == "serial":
             serial_out[(mode, b)] = res
-        nll = _nll(model, prompts, res, mode, b, cfg.batch_size, pad, cfg.precision)
+        nll, alpha = _nll(model, prompts, res, mode, b, cfg.batch_size, pad, cfg.precision,
+                          t if knob == "temperature" and t is not None else 1.0)
         ar_ref = ar_out.get((mode, b if mode == "real" else None))
         ser_ref = serial_out.get((mode, b))
         tps = sum(len(x) for x in res.tokens) / max(res.wall_time, 1e-9)
@@ -226,7 +238,8 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
                 agree_ar=agreement(gen, ar_ref.tokens[i]) if ar_ref is not None else float("nan"),
                 agree_serial=agreement(gen, ser_ref.tokens[i]) if ser_ref is not None else float("nan"),
                 token_acc=agreement(gen, p.real), first_line_exact=float(first_line(text) == first_line(r["text"])),
-                ar_nll=nll[i], repetition=repetition_rate(gen), real_repetition=r["repetition"],
+                ar_nll=nll[i], introspective_acceptance=alpha[i], repetition=repetition_rate(gen),
+                real_repetition=r["repetition"],
                 oov_word_rate=oov_word_rate(text, known) if known is not None and mode == "free" else nan,
                 real_oov_word_rate=r["oov_word_rate"],
                 ws_share=whitespace_share(gen, ws), ws_share_multi=wsm, multi_tokens=n_multi,
