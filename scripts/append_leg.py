@@ -1,11 +1,13 @@
-"""Ship a continuation run as the next training leg of a shipped model (e.g. ``workbench/assets/tiny``).
+"""Ship a continuation run as the next training leg of a shipped model (e.g. ``workbench/assets/tiny``) or of a
+shipped gated-LoRA adapter (``workbench/assets/smollm2-135m-trimode``).
 
-A leg is a ``workbench train lm --init_from <shipped model>`` run. This copies the run's final weights over
-the shipped model and extends its records so the model stays reproducible and its history readable:
+A leg is a ``workbench train lm --init_from <shipped model>`` run, or for an adapter a ``workbench train lm
+--lora_init <shipped adapter>`` run on the same base weights. This copies the run's final weights over the shipped
+ones and extends the records so the model stays reproducible and its history readable:
 
 - ``workbench.json``: ``global_step`` becomes the total over all legs, ``final_metrics`` the new leg's, and
-  ``legs`` gains ``{"config", "steps", "train_config"}`` of the new leg (the first leg keeps the top-level
-  ``preset`` / ``train_config``);
+  ``legs`` gains ``{"leg", "config", "steps", "train_tokens", "train_config", "log"}`` of the new leg (the first
+  leg keeps the top-level ``preset`` / ``train_config``; ``train_tokens`` = steps × batch size × sequence length);
 - ``training_log.csv``: the new leg's training log (``run/model/training_log.csv``, which ``train_lm`` copies from
   its Lightning CSV log) is appended with its steps offset by the steps
   already shipped, so one curve covers the whole training.
@@ -29,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 WEIGHT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                "tokenizer_config.json")
+                "tokenizer_config.json", "adapter_config.json", "adapter_model.safetensors")
 
 
 def append_leg(shipped: Path, run: Path, config: str) -> dict:
@@ -39,25 +41,38 @@ def append_leg(shipped: Path, run: Path, config: str) -> dict:
     run did not start from a model with the shipped vocabulary / mask token.
     """
     model = run / "model"
+    adapter = (shipped / "adapter_model.safetensors").exists()
+    weights = "adapter_model.safetensors" if adapter else "model.safetensors"
     for p in (shipped / "workbench.json", shipped / "training_log.csv", model / "workbench.json",
-              model / "model.safetensors", model / "training_log.csv"):
+              model / weights, model / "training_log.csv"):
         if not p.exists():
-            raise FileNotFoundError(f"{p} is missing: --shipped must be a shipped model and --run a finished "
-                                    "`workbench train lm` run directory")
+            raise FileNotFoundError(f"{p} is missing: --shipped must be a shipped model or adapter and --run a "
+                                    "finished `workbench train lm` run directory")
     old = json.loads((shipped / "workbench.json").read_text())
     leg = json.loads((model / "workbench.json").read_text())
     if leg.get("mask_token_id") != old.get("mask_token_id") or not leg.get("init_from"):
         raise ValueError(f"{run} is not a continuation of {shipped} (no init_from or a different mask token)")
-    legs = old.get("legs") or [{"config": "(first leg)", "steps": old["global_step"],
+    if adapter and leg.get("base_fingerprint") != old.get("base_fingerprint"):
+        raise ValueError(f"{run} trained an adapter for base weights {leg.get('base_fingerprint')}, {shipped} is for "
+                         f"{old.get('base_fingerprint')}")
+    legs = old.get("legs") or [{"leg": 1, "config": "(first leg)", "steps": old["global_step"],
                                 "train_config": old.get("train_config")}]
-    legs = legs + [{"config": config, "steps": leg["global_step"], "train_config": leg["train_config"]}]
+    tc = leg["train_config"]
+    n = len(legs) + 1
+    log_name = "training_log.csv" if not adapter else f"training_log_leg{n}.csv"
+    legs = legs + [{"leg": n, "config": config, "steps": leg["global_step"], "train_config": tc,
+                    "train_tokens": leg["global_step"] * tc["batch_size"] * tc["seq_len"]
+                    if {"batch_size", "seq_len"} <= tc.keys() else None, "log": log_name,
+                    "val_tau": leg["final_metrics"].get("val/tau"), "val_tau_tf": leg["final_metrics"].get("val/tau_tf")}]
     new = {**old, "final_metrics": leg["final_metrics"], "global_step": old["global_step"] + leg["global_step"],
            "legs": legs}
 
-    log_old = pd.read_csv(shipped / "training_log.csv")
+    # a model keeps one log with steps counted over all legs; an adapter one log per leg (legs[i]["log"]), since
+    # its legs differ in tokens per step
     log_new = pd.read_csv(model / "training_log.csv")
-    log_new["step"] = log_new["step"] + old["global_step"]
-    log = pd.concat([log_old, log_new], ignore_index=True)
+    if not adapter:
+        log_new["step"] = log_new["step"] + old["global_step"]
+        log_new = pd.concat([pd.read_csv(shipped / "training_log.csv"), log_new], ignore_index=True)
 
     stage = shipped.with_name(shipped.name + ".staging")
     shutil.rmtree(stage, ignore_errors=True)
@@ -66,7 +81,7 @@ def append_leg(shipped: Path, run: Path, config: str) -> dict:
         if (model / name).exists():
             shutil.copy(model / name, stage / name)
     (stage / "workbench.json").write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
-    log.to_csv(stage / "training_log.csv", index=False)
+    log_new.to_csv(stage / log_name, index=False)
     backup = shipped.with_name(shipped.name + ".old")
     shutil.rmtree(backup, ignore_errors=True)
     shipped.rename(backup)
@@ -86,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"{a.shipped}: {new['global_step']} steps in {len(new['legs'])} legs; "
-          f"val/ar_loss {new['final_metrics'].get('val/ar_loss'):.4f}")
+    fm = new["final_metrics"]
+    vals = "; ".join(f"{k} {fm[k]:.4f}" for k in ("val/ar_loss", "val/tau") if fm.get(k) is not None)
+    print(f"{a.shipped}: {new['global_step']} steps in {len(new['legs'])} legs; {vals}")
     return 0
 
 

@@ -9,6 +9,9 @@ import pytest
 _spec = importlib.util.spec_from_file_location("append_leg", Path(__file__).resolve().parents[1] / "scripts" / "append_leg.py")
 append_leg = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(append_leg)
+_spec = importlib.util.spec_from_file_location("plot_legs", Path(__file__).resolve().parents[1] / "scripts" / "plot_legs.py")
+plot_legs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(plot_legs)
 
 
 def _model_dir(d: Path, meta: dict, steps: list[int], weights: bytes) -> None:
@@ -27,7 +30,8 @@ def test_append_leg_extends_records_and_swaps_weights(tmp_path):
     assert append_leg.main(["--shipped", str(shipped), "--run", str(run), "--config", "configs/leg2.yaml"]) == 0
     meta = json.loads((shipped / "workbench.json").read_text())
     assert meta["global_step"] == 150 and meta["final_metrics"] == {"val/ar_loss": 0.9}
-    assert [(leg["config"], leg["steps"]) for leg in meta["legs"]] == [("(first leg)", 100), ("configs/leg2.yaml", 50)]
+    assert [(leg["leg"], leg["config"], leg["steps"]) for leg in meta["legs"]] == [(1, "(first leg)", 100),
+                                                                                  (2, "configs/leg2.yaml", 50)]
     assert meta["train_config"] == {"alpha": 0.3}                    # the first leg keeps the top-level recipe
     assert pd.read_csv(shipped / "training_log.csv")["step"].tolist() == [9, 99, 109, 149]
     assert (shipped / "model.safetensors").read_bytes() == b"new"
@@ -45,3 +49,74 @@ def test_append_leg_refuses_bad_runs(tmp_path, problem, capsys):
     assert capsys.readouterr().err.startswith("error: ")
     assert (shipped / "model.safetensors").read_bytes() == b"old"
     assert json.loads((shipped / "workbench.json").read_text())["global_step"] == 100
+
+
+def _adapter_dir(d: Path, meta: dict, steps: list[int], tau: list[float], weights: bytes) -> None:
+    d.mkdir(parents=True)
+    (d / "workbench.json").write_text(json.dumps(meta))
+    (d / "adapter_model.safetensors").write_bytes(weights)
+    (d / "adapter_config.json").write_text("{}")
+    pd.DataFrame({"step": steps, "val/tau": tau, "val/tau_tf": tau}).to_csv(d / "training_log.csv", index=False)
+
+
+def test_append_leg_to_an_adapter_and_plot_acceptance_over_legs(tmp_path):
+    """An adapter leg keeps its own log and token count; plot_legs puts every validation on one token axis."""
+    shipped, run = tmp_path / "adapter", tmp_path / "run"
+    leg1 = {"leg": 1, "config": "c1.yaml", "steps": 10, "train_tokens": 10 * 32 * 512, "log": "training_log.csv"}
+    _adapter_dir(shipped, {"mask_token_id": 7, "global_step": 10, "base_fingerprint": "f1", "legs": [leg1],
+                           "final_metrics": {}}, [4, 9], [1.5, 2.0], b"old")
+    meta2 = {"mask_token_id": 7, "global_step": 6, "base_fingerprint": "f1", "init_from": "base",
+             "train_config": {"batch_size": 8, "seq_len": 256}, "final_metrics": {"val/tau": 2.2}}
+    _adapter_dir(run / "model", meta2, [2, 5], [2.1, 2.2], b"new")
+    assert append_leg.main(["--shipped", str(shipped), "--run", str(run), "--config", "c2.yaml"]) == 0
+    meta = json.loads((shipped / "workbench.json").read_text())
+    assert meta["legs"][1]["train_tokens"] == 6 * 8 * 256 and meta["legs"][1]["log"] == "training_log_leg2.csv"
+    assert (shipped / "adapter_model.safetensors").read_bytes() == b"new"
+    assert pd.read_csv(shipped / "training_log.csv")["step"].tolist() == [4, 9]      # leg 1's log unchanged
+
+    pts = plot_legs.leg_points(shipped)
+    assert pts["leg"].tolist() == [1, 1, 2, 2] and pts["val/tau"].tolist() == [1.5, 2.0, 2.1, 2.2]
+    assert pts["tokens"].tolist() == [5 * 16384, 10 * 16384, 10 * 16384 + 3 * 2048, 10 * 16384 + 6 * 2048]
+    plot_legs.plot(pts, tmp_path / "p.png", "t")
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_append_leg_refuses_an_adapter_for_other_weights(tmp_path, capsys):
+    shipped, run = tmp_path / "adapter", tmp_path / "run"
+    _adapter_dir(shipped, {"mask_token_id": 7, "global_step": 10, "base_fingerprint": "f1", "final_metrics": {}},
+                 [9], [2.0], b"old")
+    _adapter_dir(run / "model", {"mask_token_id": 7, "global_step": 6, "base_fingerprint": "f2", "init_from": "b",
+                                 "train_config": {}, "final_metrics": {}}, [5], [2.2], b"new")
+    assert append_leg.main(["--shipped", str(shipped), "--run", str(run), "--config", "c2.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "f2" in err and "f1" in err
+    assert (shipped / "adapter_model.safetensors").read_bytes() == b"old"
+
+
+_spec = importlib.util.spec_from_file_location(
+    "ship_demo_artefacts", Path(__file__).resolve().parents[1] / "scripts" / "ship_demo_artefacts.py")
+ship_demo = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ship_demo)
+
+
+def test_ship_demo_artefacts(tmp_path):
+    """A demo's sampler and DEER drafter become <model>-sampler / <model>-deer-drafter with a provenance record;
+    a run of another model or without the DEER stage changes nothing."""
+    run, assets = tmp_path / "run", tmp_path / "assets"
+    (run / "sampler_attention" / "sampler").mkdir(parents=True)
+    (run / "sampler_attention" / "sampler" / "sampler.json").write_text("{}")
+    (run / "sampler_attention" / "metrics.json").write_text('{"best_val_auc": 0.8}')
+    (run / "config.json").write_text(json.dumps({"model": "tiny", "sampler_block_length": 8}))
+    assets.mkdir()
+    with pytest.raises(FileNotFoundError, match="DEER"):
+        ship_demo.ship(run, "tiny", assets)
+    (run / "deer" / "stage2" / "drafter").mkdir(parents=True)
+    (run / "deer" / "stage2" / "drafter" / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="not 'other'"):
+        ship_demo.ship(run, "other", assets)
+    assert list(assets.iterdir()) == []
+    out = ship_demo.ship(run, "tiny", assets)
+    assert sorted(p.name for p in assets.iterdir()) == ["tiny-deer-drafter", "tiny-sampler"]
+    rec = json.loads((out["sampler"] / "shipped.json").read_text())
+    assert rec["training_metrics"] == {"best_val_auc": 0.8} and rec["demo_config"] == {"sampler_block_length": 8}
+    assert (out["deer-drafter"] / "config.json").is_file()

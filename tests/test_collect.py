@@ -5,6 +5,7 @@ import torch
 from fake_model import FakeTriMode
 from workbench.trajectories.collect import TrajectorySpec, collect_item
 from workbench.trajectories.features import block_features, feature_spec, step_record
+from workbench.trajectories.schema import row_array_specs
 
 
 def _specs(n, b, truth=None):
@@ -62,7 +63,8 @@ def test_live_features_equal_store_features():
     rec = step_record(probs, masked)
     live = block_features(rec["top_ids"], rec["top_probs"], rec["entropy"], rec["masked"], step, pca)
     # round trip through numpy with the store dtypes
-    stored = {k: v.numpy().astype(d) for (k, v), d in zip(rec.items(), (np.int32, np.float16, np.float16, bool))}
+    spec = row_array_specs(8)
+    stored = {k: v.numpy().astype(spec[k][1]) for k, v in rec.items()}
     off = block_features(stored["top_ids"], stored["top_probs"], stored["entropy"], stored["masked"], step.numpy(), pca)
     assert live.shape == (5, 8, 144)
     assert torch.equal(live, off)
@@ -71,3 +73,20 @@ def test_live_features_equal_store_features():
     assert torch.allclose(live[..., 135], (rec["top_probs"][..., 0].float() - rec["top_probs"][..., 1].float()))
     assert torch.equal(live[..., 143], masked.float())
     assert feature_spec(96)["pca_dim"] == 28
+
+
+def test_stored_top1_keeps_every_threshold_decision():
+    """The stored top-1 probability gives the decoder's own commit decision p ≥ τ for every τ, even within a
+    float16 ulp of τ (issue 21 §5: the float16 of schema 1 flipped these)."""
+    taus = torch.tensor([0.5, 0.7, 0.9, 0.95])
+    eps = torch.tensor([-2e-4, -3e-5, 0.0, 3e-5, 2e-4])
+    p1 = (taus[:, None] + eps[None, :]).reshape(-1)                        # top-1 probabilities around each τ
+    probs = torch.stack([p1, (1 - p1) / 2, (1 - p1) / 2], dim=-1)[None]   # (1, 20, 3)
+    rec = step_record(probs, torch.ones(1, p1.numel(), dtype=torch.bool))
+    stored = rec["top_probs"].numpy().astype(row_array_specs(p1.numel())["top_probs"][1])[0, :, 0]
+    live_top1 = probs[0, :, 0].float()
+    for tau in taus.tolist():
+        assert ((stored >= tau) == (live_top1 >= tau).numpy()).all(), tau
+    # the control: float16 changes some of these decisions
+    half = live_top1.half().float()
+    assert any(((half >= t) != (live_top1 >= t)).any() for t in taus.tolist())

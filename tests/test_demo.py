@@ -19,7 +19,8 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
                 "--sol_prompts", "3", "--sol_gen_len", "16", "--sol_block_lengths", "[4,8]",
                 "--lora_steps", "2", "--lora_prompts", "3",
                 "--deer_answers", "64", "--deer_stage1_steps", "2", "--deer_stage2_steps", "2", "--deer_prompts", "2",
-                "--leaderboard_prompts", "3", "--leaderboard_gen_len", "16", "--leaderboard_thresholds", "[0.9]")
+                "--leaderboard_prompts", "3", "--leaderboard_gen_len", "16", "--leaderboard_thresholds", "[0.9]",
+                "--leaderboard_block_lengths", "[4,8]")
     wall = time.time() - t0
     assert p.returncode == 0, p.stderr[-3000:]
     assert wall < 90, f"micro demo took {wall:.0f} s"
@@ -143,3 +144,18 @@ def test_interrupted_retrain_resumes(tmp_path, small_corpus, monkeypatch):
     assert starts == [str(leg / "checkpoints" / "last.ckpt")]
     assert json.loads((tmp_path / "demo.retrain" / "train" / "model" / "workbench.json").read_text())["global_step"] == 40
     assert _retrain(cfg) == model and len(starts) == 1               # finished leg reused, not trained again
+
+
+def test_report_headline_names_a_lossless_claim_that_failed():
+    """The headline says which lossless decoders disagreed with AR greedy (a row without a verdict counts)."""
+    from workbench.demo.stages.leaderboard import section
+
+    rows = [{"decoder": d, "status": "ok", "mode": "free", "block_length": 4, "threshold": None, "claims_lossless": c,
+             "lossless": v, "tpf": 1.0} for d, c, v in (("ar_greedy", True, True), ("ss_linear", True, True),
+                                                       ("isd+lora", True, False), ("deer", True, None),
+                                                       ("confidence", False, False))]
+    st = {"rows": rows, "ceilings": [], "n_prompts": 2, "gen_len": 8, "precision": "fp32"}
+    text = "\n".join(section(st))
+    assert "NOT every decoder that claims it is lossless: deer, isd+lora" in text
+    rows[2]["lossless"] = rows[3]["lossless"] = True
+    assert "In fp32, every decoder that claims it is lossless" in "\n".join(section(st))

@@ -117,3 +117,34 @@ def test_introspective_acceptance_hand_value():
     logp = [[math.log(0.25), math.log(0.5)], [math.log(0.2)]]
     # min(1, .25/.5) = .5, min(1, .5/.25) = 1, min(1, .2/1) = .2 -> mean 1.7 / 3
     assert introspective_acceptance(q, logp) == pytest.approx(1.7 / 3)
+
+
+def test_shipped_artefacts_of_a_model(tmp_path, monkeypatch):
+    """An artefact shipped for a model (``assets/<model>-sampler``, ``-deer-drafter``) is found by the model's
+    name; it is not itself listed as a model; an unknown kind names the valid ones."""
+    import workbench.assets as assets
+
+    for d in ("m", "m-sampler", "m-deer-drafter"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "config.json").write_text("{}")
+    monkeypatch.setattr(assets, "ASSETS", tmp_path)
+    assert assets.shipped_models() == ["m"]
+    assert assets.shipped_artefact("builtin:m", "sampler") == tmp_path / "m-sampler"
+    assert assets.shipped_artefact("m", "drafter") == tmp_path / "m-deer-drafter"
+    assert assets.shipped_artefact("other", "sampler") is None
+    assert assets.shipped_artefact("runs/x/model", "sampler") is None
+    with pytest.raises(ValueError, match="valid: sampler, drafter"):
+        assets.shipped_artefact("m", "adapter")
+
+
+def test_tiny_leaderboard_runs_its_shipped_sampler_and_drafter(small_corpus, tmp_path):
+    """With defaults, the shipped model's own sampler and DEER drafter give rows (no --sampler / --drafter)."""
+    from workbench.assets import shipped_artefact
+
+    if shipped_artefact("tiny", "sampler") is None or shipped_artefact("tiny", "drafter") is None:
+        pytest.fail("workbench/assets/tiny-sampler and tiny-deer-drafter must ship with the package")
+    df, _ = run_leaderboard(_cfg("builtin:tiny", small_corpus, tmp_path / "b", decoders=["sampler", "deer"],
+                                 skip_missing=False, modes=["free"], block_lengths=[8], n_prompts=2, sol=False))
+    assert set(df["decoder"]) == {"ar_greedy", "serial", "sampler", "deer"} and (df["status"] == "ok").all()
+    df = df[df["decoder"].isin(["sampler", "deer"])]
+    assert (df["tpf"] >= 1.0).all() and df[df["decoder"] == "deer"]["lossless"].all()

@@ -46,6 +46,21 @@ def test_trimode_ar_is_the_base_and_self_speculation_is_lossless(smollm2):
         assert get_policy("ss_linear")(tri, prompts, 32, draft_length=k).tokens == want
 
 
+def test_r_isd_on_the_shipped_idlm_adapter_is_lossless(smollm2):
+    """R-ISD (I-DLM §3.2) with the shipped gated I-DLM adapter: greedy output equals SmolLM2's AR greedy."""
+    from workbench.decoding import get_policy
+    from workbench.model.load import load_model
+
+    base, tok, _ = smollm2
+    idlm, _, meta = load_model("smollm2-135m-idlm")
+    assert idlm.gated and meta["adapter_meta"]["objective"] == "idlm"
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in
+               ("def parse(value):\n    ", "class Stack:\n    def __init__(self):\n")]
+    want = get_policy("ar_greedy")(base, prompts, 32).tokens
+    for n in (2, 4):
+        assert get_policy("isd")(idlm, prompts, 32, draft_length=n).tokens == want
+
+
 def test_commands_run_on_the_real_model(tmp_path):
     env = {"OMP_NUM_THREADS": "2"}
     r = run_cli("leaderboard", "--model", "smollm2-135m-trimode", "--n_prompts", "2", "--gen_len", "16",

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import zarr
 
-from workbench.trajectories import (ShardWriter, StoreError, StoreReader, create_store, row_array_specs,
+from workbench.trajectories import (SCHEMA_VERSION, ShardWriter, StoreError, StoreReader, create_store, row_array_specs,
                                     store_info, verify_store)
 
 B = 8
@@ -113,7 +113,7 @@ def test_round_trip_two_shards(tmp_path):
     np.testing.assert_array_equal(r.final_ids(), np.concatenate(fin))
     np.testing.assert_array_equal(full["traj"], np.repeat(np.arange(r.n_traj), df["row_end"] - df["row_start"]))
     assert r.token_pca.shape == (20, 44) and r.token_pca.dtype == np.float16
-    assert r.attrs["schema_version"] == 1 and r.attrs["policy"] == "hybrid"
+    assert r.attrs["schema_version"] == SCHEMA_VERSION and r.attrs["policy"] == "hybrid"
 
 
 def test_shard_encoder_matches_zarr(tmp_path, monkeypatch):
@@ -354,10 +354,18 @@ def test_verify_other_model_and_tokenizer(store):
 
 
 def test_verify_newer_schema(store):
-    zarr.open_group(store, mode="a").attrs["schema_version"] = 2
+    v = SCHEMA_VERSION + 1
+    zarr.open_group(store, mode="a").attrs["schema_version"] = v
     msg = one_line_error(lambda: verify_store(store), "upgrade workbench")
-    assert msg == "store schema version 2 is newer than this workbench (1); upgrade workbench"
+    assert msg == f"store schema version {v} is newer than this workbench ({SCHEMA_VERSION}); upgrade workbench"
     one_line_error(lambda: StoreReader(store, B), "newer")
+
+
+def test_verify_older_schema(store):
+    """A version-1 store (float16 top probabilities) is refused in one line that says to collect it again."""
+    zarr.open_group(store, mode="a").attrs["schema_version"] = 1
+    one_line_error(lambda: verify_store(store), "older", "float32", "workbench collect")
+    one_line_error(lambda: StoreReader(store, B), "older")
 
 
 def test_verify_label_inconsistency(store):

@@ -107,7 +107,8 @@ CASES = [
     ("leaderboard-modes-empty", ["leaderboard", "--modes", "[]"], "modes"),
     ("leaderboard-block-not-dividing", ["leaderboard", "--block_lengths", "[5]"], "divide"),
     ("leaderboard-temperature", ["leaderboard", "--temperature", "0"], "temperature"),
-    ("leaderboard-missing-sampler", ["leaderboard", "--decoders", "[sampler]"], "workbench train sampler"),
+    ("leaderboard-missing-sampler", ["leaderboard", "--decoders", "[sampler]", "--sampler", "{root}/no_sampler"],
+     "workbench train sampler"),
     ("leaderboard-foreign-out", ["leaderboard", "--out_dir", "{root}/foreign"], "not written by a workbench"),
     # models, speculate, deer
     ("models-unknown", ["models", "fetch", "nope"], "valid:"),

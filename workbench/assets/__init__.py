@@ -7,8 +7,10 @@ ASSETS = Path(__file__).parent
 
 
 def shipped_models() -> list[str]:
-    """Names of the full models shipped in ``workbench/assets`` (folders with a ``config.json``)."""
-    return sorted(p.name for p in ASSETS.iterdir() if (p / "config.json").is_file())
+    """Names of the full models shipped in ``workbench/assets`` (folders with a ``config.json``, other than the
+    artefacts shipped for a model, see :func:`shipped_artefact`)."""
+    return sorted(p.name for p in ASSETS.iterdir() if (p / "config.json").is_file()
+                  and not any(p.name.endswith("-" + s) for s in ARTEFACT_KINDS.values()))
 
 
 def builtin_model_path(name: str) -> Path:
@@ -17,3 +19,23 @@ def builtin_model_path(name: str) -> Path:
     if not (p / "config.json").is_file():
         raise FileNotFoundError(f"no shipped model {name!r} in {ASSETS}; train one with `workbench demo --retrain`")
     return p
+
+
+ARTEFACT_KINDS = {"sampler": "sampler", "drafter": "deer-drafter"}
+"""Artefacts a shipped model may come with: option name -> folder suffix (``workbench/assets/<model>-<suffix>``)."""
+
+
+def shipped_artefact(model: str, kind: str) -> Path | None:
+    """The trained artefact of ``kind`` shipped for ``model``, or None when none ships.
+
+    ``model`` is a model spec as the commands take it (``tiny``, ``builtin:tiny``, a named model); ``kind`` is
+    ``'sampler'`` (a ``workbench train sampler`` folder, shipped as ``workbench/assets/<model>-sampler``) or
+    ``'drafter'`` (a ``workbench train deer`` drafter, ``workbench/assets/<model>-deer-drafter``). Each shipped
+    folder records how it was made in its ``workbench.json``. Raises ``ValueError`` for an unknown ``kind``."""
+    if kind not in ARTEFACT_KINDS:
+        raise ValueError(f"unknown artefact kind {kind!r}; valid: {', '.join(ARTEFACT_KINDS)}")
+    name = model.removeprefix("builtin:")
+    if "/" in name or not name:
+        return None
+    p = ASSETS / f"{name}-{ARTEFACT_KINDS[kind]}"
+    return p if p.is_dir() else None

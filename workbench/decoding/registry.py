@@ -50,6 +50,9 @@ class DecoderSpec:
             speculation ``(k + 1, k + 1)``).
         load: ``load(path, model, tokenizer) -> artefact`` for the decoder's ``needs`` option (e.g. a loaded
             sampler), passed to ``decode`` as the keyword ``needs``.
+        lora_drafter: the decoder drafts with a LoRA drafter adapter (``workbench train lora``) and verifies with
+            the adapter off, so it stays lossless with one (self-speculation, NLD §3.3); the leaderboard gives it
+            a second row with ``--adapter``. Decoders whose verifier would run with the adapter (ISD) leave it off.
         description: one line for listings.
     """
 
@@ -67,6 +70,7 @@ class DecoderSpec:
     target_forwards: str = "forwards"
     cost: Callable[[int, float], tuple[float, float]] | None = None
     load: Callable | None = None
+    lora_drafter: bool = False
     description: str = ""
 
     def __post_init__(self):

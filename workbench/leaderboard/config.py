@@ -33,13 +33,16 @@ class LeaderboardConfig:
     modes: list[str] = field(default_factory=lambda: ["real", "free"])
     """Context modes: 'real' (every segment of B tokens conditioned on the real text) and 'free'."""
     decoders: list[str] = field(default_factory=list)
-    """Decoders to run (default: every registered one)."""
+    """Decoders to run (default: every registered one). The references ar_greedy and serial always run: the
+    agreement, lossless and speed-up columns compare with them."""
     temperature: float = 1.0
     """Temperature of the sampling decoders (ar_sample)."""
     sampler: str | None = None
-    """Trained sampler directory (`workbench train sampler`) for the sampler decoder."""
+    """Trained sampler directory (`workbench train sampler`) for the sampler decoder (default: the sampler shipped
+    for --model, workbench/assets/<model>-sampler, when there is one: tiny has one)."""
     drafter: str | None = None
-    """DEER drafter checkpoint (`workbench train deer`) for the deer decoder."""
+    """DEER drafter checkpoint (`workbench train deer`) for the deer decoder (default: the drafter shipped for
+    --model, workbench/assets/<model>-deer-drafter, when there is one: tiny has one)."""
     adapter: str | None = None
     """LoRA drafter adapter (`workbench train lora`): the self-speculative decoders also run with it."""
     skip_missing: bool = False

@@ -37,8 +37,8 @@ def grid(specs: list[DecoderSpec], modes: list[str], lengths: list[int], thresho
          with_adapter: bool) -> list[Setting]:
     """The rows to decode, references first. A decoder that does not run in real-context mode
     (``spec.real_context`` False) gets free-running rows only; AR decoders get one free-running row and one
-    real-context row per segment length; speculative decoders run once more with the LoRA adapter when
-    ``with_adapter``."""
+    real-context row per segment length; decoders that draft with a LoRA drafter (``spec.lora_drafter``) run once
+    more with the LoRA adapter when ``with_adapter``."""
     out: list[Setting] = []
     for spec in sorted(specs, key=_order):
         for mode in modes:
@@ -49,7 +49,7 @@ def grid(specs: list[DecoderSpec], modes: list[str], lengths: list[int], thresho
             else:
                 ls = list(lengths)
             ts = list(thresholds) if spec.sweep == "block_length+threshold" else [None]
-            variants = [False, True] if with_adapter and spec.family == "speculative" and spec.needs is None else [False]
+            variants = [False, True] if with_adapter and spec.lora_drafter else [False]
             for adapter in variants:
                 label = spec.name + ("+lora" if adapter else "")
                 out += [Setting(spec.name, label, mode, b, t, adapter) for b in ls for t in ts]

@@ -27,17 +27,18 @@ from ..evaluation.metrics import whitespace_ids
 from ..utils import check_out_dir, staged_dir
 from .columns import row_columns
 from .config import LeaderboardConfig
-from .rows import Setting, grid
+from .rows import REFERENCES, Setting, grid
 
 
 def _specs(cfg: LeaderboardConfig) -> list[DecoderSpec]:
     """The decoders to run: ``cfg.decoders`` (unknown names raise :class:`DecodeError` listing the valid
-    ones) or every registered one."""
+    ones) or every registered one; the references (ar_greedy, serial) always run, since every row's agreement,
+    lossless and speed-up columns compare with them."""
     load_decoders()
     from ..decoding.registry import DECODERS
 
     names = cfg.decoders or sorted(DECODERS)
-    return [get_decoder(n) for n in names]
+    return [get_decoder(n) for n in [*[r for r in REFERENCES if r not in names], *names]]
 
 
 def _artefacts(cfg: LeaderboardConfig, specs: list[DecoderSpec], model, tok) -> tuple[dict, dict]:
@@ -45,13 +46,16 @@ def _artefacts(cfg: LeaderboardConfig, specs: list[DecoderSpec], model, tok) -> 
 
     A decoder named in ``--decoders`` whose artefact is not given raises ``ValueError`` naming the command that
     makes it, unless ``skip_missing``; with the default (every registered decoder) such a decoder gets a row
-    whose status says why, as the sampler and DEER run only when their artefact is given."""
+    whose status says why, as the sampler and DEER run only when their artefact is given. An artefact not given
+    is the one shipped for ``cfg.model`` when there is one (:func:`~workbench.assets.shipped_artefact`)."""
+    from ..assets import shipped_artefact
+
     given = {"sampler": cfg.sampler, "drafter": cfg.drafter}
     loaded, missing = {}, {}
     for spec in specs:
         if spec.needs is None:
             continue
-        path = given.get(spec.needs)
+        path = given.get(spec.needs) or shipped_artefact(cfg.model, spec.needs)
         if not path:
             why = (f"the {spec.name} decoder needs --{spec.needs} <path>; make one with `{spec.needs_hint}`"
                    + ("" if cfg.skip_missing else ", or pass --skip_missing true"))
@@ -108,7 +112,8 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
     settings = grid([s for s in specs if s.name not in missing], cfg.modes, cfg.block_lengths, cfg.thresholds,
                     adapter_model is not None)
 
-    def decode(st: Setting):
+    def options(st: Setting) -> tuple[dict, float | None]:
+        """The decoder's keyword options for setting ``st`` and its swept knob (threshold or temperature)."""
         spec = get_decoder(st.decoder)
         kw = {"precision": cfg.precision, "block_length": st.length}
         if st.threshold is not None:
@@ -120,6 +125,10 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
             kw["temperature"] = knob = cfg.temperature
         if st.decoder in artefacts:
             kw[spec.needs] = artefacts[st.decoder]
+        return kw, knob
+
+    def decode(st: Setting):
+        kw, knob = options(st)
         key = (st.mode, st.decoder, st.length, knob, same)
         cacheable = st.decoder not in artefacts and not st.adapter
         if cacheable and key in cache:
@@ -131,8 +140,9 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
         return res
 
     if settings and (settings[0].mode, settings[0].decoder, settings[0].length, None, same) not in cache:
-        decode_prompts(model, settings[0].decoder, prompts[:cfg.batch_size], settings[0].mode, cfg.batch_size, pad,
-                       precision=cfg.precision, block_length=settings[0].length)       # warm-up, not timed
+        first = settings[0]                                                           # warm-up, not timed
+        decode_prompts(adapter_model if first.adapter else model, first.decoder, prompts[:cfg.batch_size], first.mode,
+                       cfg.batch_size, pad, **options(first)[0])
     t0 = time.time()
     results, rows = {}, []
     bar = tqdm(settings, desc="leaderboard", disable=not cfg.progress_bar)

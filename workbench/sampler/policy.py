@@ -4,7 +4,7 @@ the highest).
 
 The features come from :func:`workbench.trajectories.features.block_features` applied to
 :func:`~workbench.trajectories.features.step_record` of the live probabilities, i.e. exactly the
-function and float16 quantisation used on store rows at training time.
+function and quantisation used on store rows at training time.
 """
 from __future__ import annotations
 

@@ -25,10 +25,10 @@ def _ss_quadratic(model, prompts, gen_len, **kw):
 
 
 register_decoder(DecoderSpec("ss_linear", _ss_linear, family="speculative", sweep="draft_length", lossless=True,
-                             ceiling="ar_greedy", target_forwards="both", description="linear self-speculation: diffusion draft, AR verify "
+                             ceiling="ar_greedy", target_forwards="both", lora_drafter=True, description="linear self-speculation: diffusion draft, AR verify "
                              "(two forwards per cycle; NLD §3.3)"))
 register_decoder(DecoderSpec("ss_quadratic", _ss_quadratic, family="speculative", sweep="draft_length",
-                             lossless=True, ceiling="ar_greedy",
+                             lossless=True, ceiling="ar_greedy", lora_drafter=True,
                              # one forward over [x, d_1..d_k] + k + 1 groups of k + 1 masks (quadratic.py)
                              cost=lambda k, _: (float((k + 1) + (k + 1) ** 2), 0.0),
                              description="quadratic self-speculation: draft and "

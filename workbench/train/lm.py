@@ -132,8 +132,9 @@ class LMTrainConfig:
     rank and targets are used and its base fingerprint must match ``init_from``."""
     val_prompts: int = 0
     """Held-out prompts decoded at each validation with the self-speculative decoder of the objective (NLD:
-    linear self-speculation, greedy, draft length ``val_draft_length``) to log ``val/tau``, the acceptance
-    length (bonus token counted). 0: only the teacher-forced estimate ``val/tau_tf`` is logged."""
+    linear self-speculation, greedy, draft length ``val_draft_length``; I-DLM: ISD at stride ``val_draft_length``)
+    to log ``val/tau``, the acceptance length (bonus token counted; for ISD its tokens per forward) and, for I-DLM,
+    ``val/isd_accept``. 0: only the teacher-forced estimate ``val/tau_tf`` is logged."""
     val_draft_length: int = 8
     """Draft length k (NLD) or stride (I-DLM) of the validation acceptance."""
     val_gen_len: int = 64
@@ -317,14 +318,26 @@ class TriModeLMModule(pl.LightningModule):
                       batch_size=n, prog_bar=True)
 
     def on_validation_epoch_end(self) -> None:
-        """Decode the held-out prompts with the objective's self-speculative decoder; log ``val/tau``."""
-        if not self.val_prompts or self.cfg.objective != "nld":
+        """Decode the held-out prompts with the objective's self-speculative decoder, greedy, at draft length /
+        stride ``val_draft_length``, and log ``val/tau``: tokens per cycle (bonus token counted). NLD: linear
+        self-speculation (two forwards per cycle); I-DLM: ISD (one forward per step, so ``val/tau`` is its TPF),
+        plus ``val/isd_accept``, the proposal acceptance rate over every verified slot (Algorithm 1)."""
+        if not self.val_prompts:
             return
-        from ..speculative.linear import linear_self_speculation
-
+        precision = "bf16" if "bf16" in str(self.cfg.precision) else "fp32"
         prompts = [p for p, _ in self.val_prompts]
-        res = linear_self_speculation(self.model, prompts, self.cfg.val_gen_len, self.cfg.val_draft_length,
-                                      precision="bf16" if "bf16" in str(self.cfg.precision) else "fp32")
+        if self.cfg.objective == "idlm":
+            from ..idlm.isd import isd_decode
+
+            res = isd_decode(self.model, prompts, self.cfg.val_gen_len, self.cfg.val_draft_length, precision=precision)
+            acc = [a for a in res.slot_acceptance if a == a]
+            if acc:
+                self.log("val/isd_accept", sum(acc) / len(acc), batch_size=len(prompts))
+        else:
+            from ..speculative.linear import linear_self_speculation
+
+            res = linear_self_speculation(self.model, prompts, self.cfg.val_gen_len, self.cfg.val_draft_length,
+                                          precision=precision)
         cycles = sum(len(c) for c in res.committed_per_step)
         tokens = sum(len(t) for t in res.tokens)
         self.log("val/tau", tokens / max(1, cycles), prog_bar=True, batch_size=len(prompts))

@@ -2,7 +2,8 @@
 
 One function, :func:`block_features`, serves both decoding time (records made from live logits by
 :func:`step_record`) and training time (records read from a Zarr store): both paths go through the
-same float16 quantisation, so they give identical tensors.
+same quantisation (top probabilities float32, entropy float16, as the store keeps them), so they give identical
+tensors.
 
 Default feature vector, 144 dims per position (``feature_dim = 3 * pca_dim + 12``):
 
@@ -55,13 +56,13 @@ def step_record(probs: torch.Tensor, masked: torch.Tensor) -> dict[str, torch.Te
         probs: ``(N, B, V)`` probabilities of the current block.
         masked: ``(N, B)`` bool, positions still masked before this step's commit.
 
-    Returns ``top_ids`` ``(N, B, 3)`` int32, ``top_probs`` ``(N, B, 3)`` float16, ``entropy`` ``(N, B)``
+    Returns ``top_ids`` ``(N, B, 3)`` int32, ``top_probs`` ``(N, B, 3)`` float32, ``entropy`` ``(N, B)``
     float16 (nats), ``masked`` ``(N, B)`` bool.
     """
     p = probs.float()
     top_p, top_i = p.topk(3, dim=-1)
     ent = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)
-    return {"top_ids": top_i.to(torch.int32), "top_probs": top_p.to(torch.float16), "entropy": ent.to(torch.float16),
+    return {"top_ids": top_i.to(torch.int32), "top_probs": top_p, "entropy": ent.to(torch.float16),
             "masked": masked.clone()}
 
 
@@ -83,7 +84,7 @@ def block_features(top_ids, top_probs, entropy, masked, step, token_pca_table, f
 
     Args:
         top_ids: ``(N, B, 3)`` int top-3 token ids.
-        top_probs: ``(N, B, 3)`` float16 top-3 probabilities.
+        top_probs: ``(N, B, 3)`` float32 top-3 probabilities.
         entropy: ``(N, B)`` float16 entropy (nats).
         masked: ``(N, B)`` bool, still-masked positions at this step.
         step: ``(N,)`` int step index inside the trajectory (0 = all-mask state).

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: ``top_probs`` float32 (was float16 in 1, whose rounding moved probabilities within 2.4e-4 of a threshold τ
+across it, so a stored state could disagree with the decoder's own commit decision; NLD issue 21 §5)."""
 PCA_DIM = 44  # columns of the ``token_pca`` array: PCA of the model's token embeddings, (V, 44) float16
 
 # Commit-record bookkeeping: the shard group's ``items`` array, (n_items, 3) int64, one row per work item in
@@ -20,7 +22,7 @@ def row_array_specs(B: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """Per-row arrays: ``name -> (trailing shape, dtype)``; stored shape is ``(N, *trailing)``.
 
     - ``top_ids`` (B, 3) int32: the model's top-3 token ids at each block position;
-    - ``top_probs`` (B, 3) float16: their probabilities (0..1);
+    - ``top_probs`` (B, 3) float32: their probabilities (0..1), in the precision the decoder compared with τ;
     - ``entropy`` (B,) float16: entropy of the predictive distribution (nats);
     - ``masked`` (B,) bool: the position is still masked at this step;
     - ``label`` (B,) bool: ``top_ids[:, 0] == final id`` of the position (meaningful where ``masked``);
@@ -29,7 +31,7 @@ def row_array_specs(B: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """
     return {
         "top_ids": ((B, 3), np.dtype(np.int32)),
-        "top_probs": ((B, 3), np.dtype(np.float16)),
+        "top_probs": ((B, 3), np.dtype(np.float32)),
         "entropy": ((B,), np.dtype(np.float16)),
         "masked": ((B,), np.dtype(np.bool_)),
         "label": ((B,), np.dtype(np.bool_)),
@@ -58,5 +60,5 @@ def traj_array_specs(B: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
 
 
 def row_nbytes(B: int) -> int:
-    """Uncompressed bytes of one row at block length ``B`` (714 at B = 32)."""
+    """Uncompressed bytes of one row at block length ``B`` (906 at B = 32)."""
     return sum(int(np.prod(s, dtype=np.int64)) * d.itemsize for s, d in row_array_specs(B).values())

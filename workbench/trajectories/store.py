@@ -187,6 +187,9 @@ def open_store(path) -> zarr.Group:
         raise StoreError(f"{p} is not a workbench trajectory store (no schema_version attribute): check the path")
     if version > SCHEMA_VERSION:
         raise StoreError(f"store schema version {version} is newer than this workbench ({SCHEMA_VERSION}); upgrade workbench")
+    if version < SCHEMA_VERSION:
+        raise StoreError(f"store schema version {version} is older than this workbench's ({SCHEMA_VERSION}: top "
+                         "probabilities in float32); collect it again with `workbench collect`")
     return root
 
 

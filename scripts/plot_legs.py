@@ -1,0 +1,73 @@
+"""Validation acceptance against training tokens, over every leg of a shipped adapter (issue 26 §5).
+
+Reads ``<asset>/workbench.json`` (its ``legs``: steps, train_tokens, log file per leg) and each leg's training log
+(Lightning CSV, steps counted from 0 in every leg), and plots ``val/tau`` (linear self-speculation τ decoded on the
+held-out prompts, NLD §3.3) and ``val/tau_tf`` (teacher-forced τ) against the cumulative training tokens, one marker
+per leg. Usage::
+
+    python scripts/plot_legs.py workbench/assets/smollm2-135m-trimode docs/smollm2_val_tau.png
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+def leg_points(asset: Path) -> pd.DataFrame:
+    """One row per validation of every leg: ``leg, step, tokens`` (cumulative over legs), ``val/tau``,
+    ``val/tau_tf``, ``device``. Raises ``FileNotFoundError`` / ``ValueError`` for a missing file or a leg
+    without ``steps`` and ``train_tokens``."""
+    meta = json.loads((asset / "workbench.json").read_text())
+    rows, offset = [], 0
+    for leg in meta["legs"]:
+        if not leg.get("steps") or not leg.get("train_tokens"):
+            raise ValueError(f"leg {leg.get('leg')} of {asset} records no steps / train_tokens")
+        per_step = leg["train_tokens"] / leg["steps"]
+        log = pd.read_csv(asset / leg["log"])
+        val = log[log["val/tau"].notna()] if "val/tau" in log else log.iloc[:0]
+        for _, r in val.iterrows():
+            step = int(r["step"]) + 1     # Lightning logs validation after `step` optimizer steps counted from 0
+            rows.append({"leg": leg["leg"], "step": step, "tokens": offset + step * per_step,
+                         "val/tau": r["val/tau"], "val/tau_tf": r.get("val/tau_tf"), "device": leg.get("device", "")})
+        offset += leg["train_tokens"]
+    return pd.DataFrame(rows)
+
+
+def plot(points: pd.DataFrame, out: Path, title: str) -> None:
+    """Write the plot of :func:`leg_points` to ``out`` (PNG)."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for leg, g in points.groupby("leg"):
+        dev = "GPU" if "GPU" in str(g["device"].iloc[0]) or "H100" in str(g["device"].iloc[0]) else "CPU"
+        ax.plot(g["tokens"] / 1e6, g["val/tau"], "o-", label=f"leg {leg} ({dev}): decoded τ, k = 8")
+        if g["val/tau_tf"].notna().any():
+            ax.plot(g["tokens"] / 1e6, g["val/tau_tf"], "x--", alpha=0.6, label=f"leg {leg}: teacher-forced τ")
+    ax.axhline(2.5, color="grey", lw=0.8, ls=":", label="target τ ≥ 2.5")
+    ax.set_xlabel("training tokens (millions)")
+    ax.set_ylabel("validation acceptance length τ (tokens / cycle)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("asset", type=Path)
+    ap.add_argument("out", type=Path)
+    a = ap.parse_args()
+    pts = leg_points(a.asset)
+    print(pts.to_string(index=False))
+    plot(pts, a.out, f"{a.asset.name}: validation acceptance over the legs")
+
+
+if __name__ == "__main__":
+    main()
