@@ -45,7 +45,7 @@ def synthetic_item(rng: np.random.Generator, B: int, t: int = 64):
     top[..., 0] = np.where(rng.random((n, B)) < 0.5, final[traj], top[..., 0])
     p = np.sort(rng.dirichlet(np.ones(4), (n, B))[..., :3], axis=-1)[..., ::-1]
     masked = rng.random((n, B)) < (1 - step / steps[traj])[:, None]
-    rows = {"top_ids": top, "top_probs": p.astype(np.float16), "entropy": rng.gamma(2, 0.5, (n, B)).astype(np.float16),
+    rows = {"top_ids": top, "top_probs": p.astype(np.float32), "entropy": rng.gamma(2, 0.5, (n, B)).astype(np.float16),
             "masked": masked, "label": top[..., 0] == final[traj], "traj": traj, "step": step.astype(np.int16)}
     trajs = {"prompt_id": rng.integers(0, 10**6, t), "category": rng.integers(0, 8, t).astype(np.int16),
              "block_index": rng.integers(0, 16, t).astype(np.int32), "final_ids": final}
