@@ -31,16 +31,23 @@ def test_ar_greedy_equals_generate_up_to_eos(smollm2):
         assert got == ref
 
 
-def test_trimode_ar_is_the_base_and_self_speculation_is_lossless(smollm2):
+def _adapter_and_base_greedy(smollm2, name: str, objective: str):
+    """``(gated model named name, two code prompts, SmolLM2's AR greedy continuations of 32 tokens)``."""
     from workbench.decoding import get_policy
     from workbench.model.load import load_model
 
     base, tok, _ = smollm2
-    tri, _, meta = load_model("smollm2-135m-trimode")
-    assert tri.gated and meta["adapter_meta"]["objective"] == "nld"
+    model, _, meta = load_model(name)
+    assert model.gated and meta["adapter_meta"]["objective"] == objective
     prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in
                ("def parse(value):\n    ", "class Stack:\n    def __init__(self):\n")]
-    want = get_policy("ar_greedy")(base, prompts, 32).tokens
+    return model, prompts, get_policy("ar_greedy")(base, prompts, 32).tokens
+
+
+def test_trimode_ar_is_the_base_and_self_speculation_is_lossless(smollm2):
+    from workbench.decoding import get_policy
+
+    tri, prompts, want = _adapter_and_base_greedy(smollm2, "smollm2-135m-trimode", "nld")
     assert get_policy("ar_greedy")(tri, prompts, 32).tokens == want
     for k in (4, 8):
         assert get_policy("ss_linear")(tri, prompts, 32, draft_length=k).tokens == want
@@ -49,14 +56,8 @@ def test_trimode_ar_is_the_base_and_self_speculation_is_lossless(smollm2):
 def test_r_isd_on_the_shipped_idlm_adapter_is_lossless(smollm2):
     """R-ISD (I-DLM §3.2) with the shipped gated I-DLM adapter: greedy output equals SmolLM2's AR greedy."""
     from workbench.decoding import get_policy
-    from workbench.model.load import load_model
 
-    base, tok, _ = smollm2
-    idlm, _, meta = load_model("smollm2-135m-idlm")
-    assert idlm.gated and meta["adapter_meta"]["objective"] == "idlm"
-    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in
-               ("def parse(value):\n    ", "class Stack:\n    def __init__(self):\n")]
-    want = get_policy("ar_greedy")(base, prompts, 32).tokens
+    idlm, prompts, want = _adapter_and_base_greedy(smollm2, "smollm2-135m-idlm", "idlm")
     for n in (2, 4):
         assert get_policy("isd")(idlm, prompts, 32, draft_length=n).tokens == want
 

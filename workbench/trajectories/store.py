@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import math
 import os
 import re
@@ -55,6 +56,19 @@ SLICE_BYTES = 32 << 20         # verify / info read this many raw bytes of rows 
 COMPRESSORS = (BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),)
 _WRITE_CFG = {"write_empty_chunks": True}
 _EMPTY_COMMIT = {"rows": 0, "trajs": 0, "items": 0, "item_rows": 0, "item_trajs": 0}
+
+
+class _PendingChunkTaskFilter(logging.Filter):
+    """zarr 3 reads the chunks of one slice as concurrent asyncio tasks on its own event loop. When one chunk is
+    damaged, its error is raised (and reported by us in one line) while its sibling tasks are left pending; when
+    they are garbage-collected, asyncio logs "Task was destroyed but it is pending!" for each, a screenful after
+    the one-line error. This drops exactly those records."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Task was destroyed but it is pending")
+
+
+logging.getLogger("asyncio").addFilter(_PendingChunkTaskFilter())
 
 
 class StoreError(ValueError):
@@ -497,6 +511,16 @@ class StoreReader:
             raise StoreError(f"corrupt data in {self.shard_names[s]}/rows/{name} ({_one_line(e)}): "
                              "run `workbench store verify` on the store") from None
 
+    def _traj(self, s: int, name: str) -> np.ndarray:
+        """The committed entries of trajectory array ``name`` of shard ``s``; a damaged chunk raises a one-line
+        :class:`StoreError` (as row reads do) instead of the codec's own error."""
+        n = self._traj_off[s + 1] - self._traj_off[s]
+        try:
+            return self._trajs[s][name][:n]
+        except Exception as e:  # noqa: BLE001 - any codec / store error is a corrupt chunk
+            raise StoreError(f"corrupt data in {self.shard_names[s]}/trajectories/{name} ({_one_line(e)}): "
+                             "run `workbench store verify` on the store") from None
+
     def read_row_range(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """Rows ``[start, stop)`` (global, clipped to ``n_rows``) as in :meth:`read_rows`."""
         start, stop = max(0, int(start)), min(int(stop), self.n_rows)
@@ -516,15 +540,14 @@ class StoreReader:
         row_start, row_end (global rows), shard (writer rank)."""
         cats = self.attrs.get("categories")
         frames = []
-        for s, arrs in enumerate(self._trajs):
-            n = self._traj_off[s + 1] - self._traj_off[s]
-            code = arrs["category"][:n]
+        for s in range(len(self._trajs)):
+            code = self._traj(s, "category")
             frames.append(pd.DataFrame({
-                "prompt_id": arrs["prompt_id"][:n],
+                "prompt_id": self._traj(s, "prompt_id"),
                 "category": np.asarray(cats, dtype=object)[code] if cats else code.astype(str),
-                "block_index": arrs["block_index"][:n],
-                "row_start": arrs["row_start"][:n] + self._row_off[s],
-                "row_end": arrs["row_end"][:n] + self._row_off[s],
+                "block_index": self._traj(s, "block_index"),
+                "row_start": self._traj(s, "row_start") + self._row_off[s],
+                "row_end": self._traj(s, "row_end") + self._row_off[s],
                 "shard": int(self.shard_names[s].split("-")[1]),
             }))
         cols = ["prompt_id", "category", "block_index", "row_start", "row_end", "shard"]
@@ -534,7 +557,7 @@ class StoreReader:
 
     def final_ids(self) -> np.ndarray:
         """Final committed token ids of every trajectory: (n_traj, B) int32."""
-        parts = [a["final_ids"][:self._traj_off[s + 1] - self._traj_off[s]] for s, a in enumerate(self._trajs)]
+        parts = [self._traj(s, "final_ids") for s in range(len(self._trajs))]
         return np.concatenate(parts) if parts else np.empty((0, self.block_length), np.int32)
 
 
