@@ -34,6 +34,36 @@ WEIGHT_FILES = ("config.json", "generation_config.json", "model.safetensors", "t
                 "tokenizer_config.json", "adapter_config.json", "adapter_model.safetensors")
 
 
+def leg_record(n: int, config: str, leg: dict, log_name: str, run: Path) -> dict:
+    """The ``legs`` entry of leg ``n``: its config, steps, training tokens (steps × batch size × sequence length),
+    log file, final validation acceptance and the wall time of its last (re)start (``run/metrics.json``)."""
+    tc, fm = leg["train_config"], leg["final_metrics"]
+    metrics = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").exists() else {}
+    return {"leg": n, "config": config, "steps": leg["global_step"], "train_config": tc,
+            "train_tokens": leg["global_step"] * tc["batch_size"] * tc["seq_len"]
+            if {"batch_size", "seq_len"} <= tc.keys() else None, "log": log_name,
+            "val_tau": fm.get("val/tau"), "val_tau_tf": fm.get("val/tau_tf"), "wall_s": metrics.get("wall_s_this_run")}
+
+
+def first_leg(shipped: Path, run: Path, config: str, device: str) -> dict:
+    """Ship the finished run ``run`` as leg 1 of a new adapter or model folder ``shipped`` (which must not exist);
+    returns its ``workbench.json``. Raises ``FileNotFoundError`` / ``FileExistsError``."""
+    model = run / "model"
+    for p in (model / "workbench.json", model / "training_log.csv"):
+        if not p.exists():
+            raise FileNotFoundError(f"{p} is missing: --run must be a finished `workbench train lm` run directory")
+    if shipped.exists():
+        raise FileExistsError(f"{shipped} exists: append to it without --first")
+    meta = json.loads((model / "workbench.json").read_text())
+    meta["legs"] = [{**leg_record(1, config, meta, "training_log.csv", run), "device": device}]
+    stage = shipped.with_name(shipped.name + ".staging")
+    shutil.rmtree(stage, ignore_errors=True)
+    shutil.copytree(model, stage)
+    (stage / "workbench.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+    stage.rename(shipped)
+    return meta
+
+
 def append_leg(shipped: Path, run: Path, config: str) -> dict:
     """Write ``shipped`` + the leg in ``run``; returns the new ``workbench.json``.
 
@@ -57,13 +87,9 @@ def append_leg(shipped: Path, run: Path, config: str) -> dict:
                          f"{old.get('base_fingerprint')}")
     legs = old.get("legs") or [{"leg": 1, "config": "(first leg)", "steps": old["global_step"],
                                 "train_config": old.get("train_config")}]
-    tc = leg["train_config"]
     n = len(legs) + 1
     log_name = "training_log.csv" if not adapter else f"training_log_leg{n}.csv"
-    legs = legs + [{"leg": n, "config": config, "steps": leg["global_step"], "train_config": tc,
-                    "train_tokens": leg["global_step"] * tc["batch_size"] * tc["seq_len"]
-                    if {"batch_size", "seq_len"} <= tc.keys() else None, "log": log_name,
-                    "val_tau": leg["final_metrics"].get("val/tau"), "val_tau_tf": leg["final_metrics"].get("val/tau_tf")}]
+    legs = legs + [leg_record(n, config, leg, log_name, run)]
     new = {**old, "final_metrics": leg["final_metrics"], "global_step": old["global_step"] + leg["global_step"],
            "legs": legs}
 
@@ -95,15 +121,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shipped", type=Path, required=True, help="shipped model directory to extend")
     ap.add_argument("--run", type=Path, required=True, help="finished continuation run (has model/)")
     ap.add_argument("--config", required=True, help="the leg's config, as recorded (e.g. configs/tiny_leg3.yaml)")
+    ap.add_argument("--first", action="store_true", help="ship the run as leg 1 of a new folder --shipped")
+    ap.add_argument("--device", default="2-core CPU", help="with --first: where the leg ran, as recorded")
     a = ap.parse_args(argv)
     try:
-        new = append_leg(a.shipped, a.run, a.config)
-    except (FileNotFoundError, ValueError) as e:
+        new = first_leg(a.shipped, a.run, a.config, a.device) if a.first else append_leg(a.shipped, a.run, a.config)
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     fm = new["final_metrics"]
     vals = "; ".join(f"{k} {fm[k]:.4f}" for k in ("val/ar_loss", "val/tau") if fm.get(k) is not None)
-    print(f"{a.shipped}: {new['global_step']} steps in {len(new['legs'])} legs; {vals}")
+    print(f"{a.shipped}: {new['global_step']} steps in {len(new['legs'])} leg(s); {vals}")
     return 0
 
 

@@ -120,3 +120,19 @@ def test_ship_demo_artefacts(tmp_path):
     rec = json.loads((out["sampler"] / "shipped.json").read_text())
     assert rec["training_metrics"] == {"best_val_auc": 0.8} and rec["demo_config"] == {"sampler_block_length": 8}
     assert (out["deer-drafter"] / "config.json").is_file()
+
+
+def test_first_leg_starts_a_new_asset(tmp_path):
+    run, shipped = tmp_path / "run", tmp_path / "adapter"
+    meta = {"mask_token_id": 7, "global_step": 6, "base_fingerprint": "f1", "init_from": "base",
+            "train_config": {"batch_size": 8, "seq_len": 256}, "final_metrics": {"val/tau": 1.3}}
+    _adapter_dir(run / "model", meta, [2, 5], [1.2, 1.3], b"w")
+    (run / "metrics.json").write_text('{"wall_s_this_run": 12.5}')
+    assert append_leg.main(["--first", "--shipped", str(shipped), "--run", str(run), "--config", "c.yaml",
+                            "--device", "cpu"]) == 0
+    leg = json.loads((shipped / "workbench.json").read_text())["legs"]
+    assert leg == [{"leg": 1, "config": "c.yaml", "steps": 6, "train_config": meta["train_config"],
+                    "train_tokens": 6 * 8 * 256, "log": "training_log.csv", "val_tau": 1.3, "val_tau_tf": None,
+                    "wall_s": 12.5, "device": "cpu"}]
+    assert plot_legs.leg_points(shipped)["tokens"].tolist() == [3 * 2048, 6 * 2048]
+    assert append_leg.main(["--first", "--shipped", str(shipped), "--run", str(run), "--config", "c.yaml"]) == 2

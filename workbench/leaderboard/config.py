@@ -54,9 +54,11 @@ class LeaderboardConfig:
     """Simulation forwards per block of the SOL search (NLD: 5000)."""
     batch_size: int = 16
     """Prompts decoded together in lockstep."""
-    precision: str = "bf16"
-    """'bf16' (autocast) or 'fp32'. Lossless decoders are exact in fp32; in bf16 their verify forward rounds
-    differently from AR's one-token steps, and the agreement column shows how much that costs."""
+    precision: str = "fp32"
+    """'fp32' or 'bf16' (autocast). The default is fp32, where a lossless claim is checkable: lossless decoders
+    are exact there. In bf16 every decode path rounds its own way (a (k + 1)-token verify forward differently from
+    AR's one-token steps, and bf16 AR greedy itself leaves fp32 AR greedy), so `lossless` is mostly false and the
+    agreement columns show how much that costs; use bf16 for speed (GPU)."""
     device: str = "auto"
     """'cpu', 'cuda' or 'auto'."""
     add_mask_token: bool = False
