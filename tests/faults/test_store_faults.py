@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from test_store import B, new_store, one_line_error
-from workbench.trajectories import StoreReader, verify_store
+from workbench.trajectories import StoreReader, store_info, verify_store
 
 
 @pytest.fixture
@@ -81,8 +81,9 @@ def test_concurrent_creations_one_wins_the_other_is_refused(tmp_path):
         assert sorted(o.split(":")[0] for o in outs) == ["created", "refused"], outs
         assert all("\n" not in o for o in outs)
         winner = 8 if outs[0] == "created" else 16
-        s = verify_store(path)
-        assert list(s["block_lengths"]) == [winner]
+        # the winner's store is whole (only empty: the racers commit no rows)
+        one_line_error(lambda: verify_store(path), "holds no rows")
+        assert list(store_info(path)["block_lengths"]) == [winner]
 
 
 def test_verify_checks_recorded_block_lengths_against_groups(tmp_path):
@@ -92,3 +93,22 @@ def test_verify_checks_recorded_block_lengths_against_groups(tmp_path):
     root = zarr.open_group(path, mode="a")
     root.attrs["block_lengths"] = [16]
     one_line_error(lambda: verify_store(path), "records block lengths [16]", "two collections")
+
+
+def test_empty_and_unfinished_stores_are_not_ok(tmp_path):
+    """The store a failed collect leaves behind (created, nothing committed) and a collection stopped part-way
+    are not ok for `store verify` (issue 24 §1): one line each that says how to finish it."""
+    import numpy as np
+
+    from test_store import ATTRS, write
+    from workbench.trajectories import create_store
+
+    empty = tmp_path / "empty"
+    create_store(empty, ATTRS, [B], token_pca=np.zeros((20, 44)))
+    one_line_error(lambda: verify_store(empty), "holds no rows", "workbench collect")
+    part = tmp_path / "part"
+    create_store(part, {**ATTRS, "work_items": {str(B): 40}}, [B], token_pca=np.zeros((20, 44)))
+    write(part, range(25))
+    one_line_error(lambda: verify_store(part), "unfinished collection", "25 of 40", "rerun the same")
+    write(part, range(25, 40))
+    assert verify_store(part)["block_lengths"][B]["trajectories"] > 0     # finished: ok

@@ -297,14 +297,16 @@ def run_collect(cfg: CollectConfig) -> dict:
                            per_file=cfg.prompts_per_file)
     categories = sorted({p.category for p in prompts})
     emb = model.backbone.get_input_embeddings().weight
-    create_store(cfg.out, store_attrs(cfg, model, tok, categories), list(cfg.block_lengths),
-                 token_pca(emb, feature_spec(cfg.feature_dim)["pca_dim"], cfg.seed))
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     items, n_traj = [], {}
     for b in cfg.block_lengths:
         specs = build_specs(prompts, categories, b, cfg.blocks_per_prompt, cfg.context_len)
         n_traj[b] = len(specs)
         items += [(b, i, specs[s:s + cfg.batch_size]) for i, s in enumerate(range(0, len(specs), cfg.batch_size))]
+    # the planned work items per block length: `store verify` calls a store with fewer committed unfinished
+    work_items = {str(b): sum(1 for it in items if it[0] == b) for b in cfg.block_lengths}
+    create_store(cfg.out, {**store_attrs(cfg, model, tok, categories), "work_items": work_items},
+                 list(cfg.block_lengths), token_pca(emb, feature_spec(cfg.feature_dim)["pca_dim"], cfg.seed))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     writer = TrajectoryWriter(cfg.out, cfg.block_lengths, cfg.rows_per_chunk)
     trainer = pl.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, logger=False,
                          callbacks=[writer], enable_progress_bar=cfg.progress_bar, enable_model_summary=False,

@@ -36,6 +36,7 @@ import math
 import os
 import re
 import shutil
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -69,6 +70,37 @@ class _PendingChunkTaskFilter(logging.Filter):
 
 
 logging.getLogger("asyncio").addFilter(_PendingChunkTaskFilter())
+# the same siblings, when never started, are reported as a RuntimeWarning at interpreter exit instead
+warnings.filterwarnings("ignore", message="coroutine 'concurrent_map.<locals>.run' was never awaited",
+                        category=RuntimeWarning)
+
+
+def _settle_zarr_tasks(timeout: float = 10.0) -> None:
+    """Wait (at most ``timeout`` seconds) for the chunk tasks still running on zarr's event loop, and mark their
+    exceptions retrieved. Called when a chunk read failed: the failed chunk's siblings keep running, and if the
+    interpreter exits first they print tracebacks and warnings after our one-line error. Best effort: a no-op
+    when zarr's loop (``zarr.core.sync.loop``, not a public API) is not there."""
+    import asyncio
+
+    try:
+        from zarr.core import sync as zsync
+
+        lp = zsync.loop[0]
+        if lp is None or not lp.is_running():
+            return
+
+        async def wait() -> None:
+            me = asyncio.current_task()
+            pending = [t for t in asyncio.all_tasks() if t is not me]
+            if pending:
+                await asyncio.wait(pending, timeout=timeout)
+            for t in pending:
+                if t.done() and not t.cancelled():
+                    t.exception()
+
+        asyncio.run_coroutine_threadsafe(wait(), lp).result(timeout + 1)
+    except Exception:  # noqa: BLE001 - best effort only
+        pass
 
 
 class StoreError(ValueError):
@@ -508,6 +540,7 @@ class StoreReader:
             uniq, inv = np.unique(local, return_inverse=True)
             return arr.oindex[uniq][inv]
         except Exception as e:  # noqa: BLE001
+            _settle_zarr_tasks()
             raise StoreError(f"corrupt data in {self.shard_names[s]}/rows/{name} ({_one_line(e)}): "
                              "run `workbench store verify` on the store") from None
 
@@ -518,6 +551,7 @@ class StoreReader:
         try:
             return self._trajs[s][name][:n]
         except Exception as e:  # noqa: BLE001 - any codec / store error is a corrupt chunk
+            _settle_zarr_tasks()
             raise StoreError(f"corrupt data in {self.shard_names[s]}/trajectories/{name} ({_one_line(e)}): "
                              "run `workbench store verify` on the store") from None
 
@@ -638,12 +672,19 @@ def verify_store(path, model_fingerprint: str | None = None, tokenizer_hash: str
         raise StoreError(f"store {path} records block lengths {sorted(recorded)} but holds groups for "
                          f"{_block_lengths(root)}: two collections wrote it at once; delete it and collect again")
     summary = {"path": str(path), "schema_version": root.attrs["schema_version"], "block_lengths": {}}
+    planned = root.attrs.get("work_items") or {}
     for B in _block_lengths(root):
         shards = _shards(root, B, path)
         for name, g, c in shards:
             _verify_shard(Path(path), f"B{B}/{name}", g, c, B, vocab, n_cat)
         summary["block_lengths"][B] = {"rows": sum(c["item_rows"] for *_, c in shards),
                                        "trajectories": sum(c["item_trajs"] for *_, c in shards), "shards": len(shards)}
+        done, want = sum(c["items"] for *_, c in shards), planned.get(str(B))
+        if want is not None and done < want:
+            raise StoreError(f"store {path} is an unfinished collection: {done} of {want} work items committed at "
+                             f"B = {B}; rerun the same `workbench collect` command to finish it")
+    if not any(v["rows"] for v in summary["block_lengths"].values()):
+        raise StoreError(f"store {path} holds no rows (its collection committed nothing): run `workbench collect` again")
     return summary
 
 
@@ -698,6 +739,7 @@ def _read(arr: zarr.Array, sl: slice, where: str) -> np.ndarray:
     try:
         return arr[sl]
     except Exception as e:  # noqa: BLE001 - any codec / store error is a corrupt chunk
+        _settle_zarr_tasks()
         raise StoreError(f"corrupt chunk in array {where} (entries {sl.start}-{sl.stop}: {_one_line(e)}); delete "
                          "the shard group and re-run the collection to rewrite it") from None
 
