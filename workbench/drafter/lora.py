@@ -44,11 +44,14 @@ def add_lora(model, rank: int, alpha: float, dropout: float = 0.0, target_module
 
 def save_adapter(model, out_dir: str | Path, info: dict | None = None) -> Path:
     """Save the adapter of ``model.backbone`` with ``save_pretrained`` (plus ``drafter.json`` = ``info``)
-    into ``out_dir``, written as ``<out_dir>.partial`` then renamed (never half-written)."""
+    into ``out_dir``, written as ``<out_dir>.partial`` then renamed (never half-written). The embeddings are not
+    saved: the LoRA drafter does not train them, and a mask token added with ``--add_mask_token`` gets the same
+    deterministic row (the mean embedding) at every load, so peft's default of saving a resized embedding would
+    only copy the vocabulary into the adapter."""
     if not has_adapter(model):
         raise ValueError("the model carries no LoRA adapter to save")
     with staged_dir(out_dir) as tmp:
-        model.backbone.save_pretrained(tmp)
+        model.backbone.save_pretrained(tmp, save_embedding_layers=False)
         (tmp / DRAFTER_JSON).write_text(json.dumps(info or {}, indent=2, sort_keys=True, default=str) + "\n")
     return Path(out_dir)
 

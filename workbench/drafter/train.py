@@ -38,6 +38,9 @@ class LoraTrainConfig:
 
     init_from: str = DEFAULT_BASE
     """Tri-mode checkpoint directory (or 'builtin:tiny') whose diffusion pathway gets the adapter."""
+    add_mask_token: bool = False
+    """Add a [MASK] token (embedding row = the mean of the others, deterministic) when the checkpoint's tokenizer
+    has none, e.g. a plain Hugging Face AR model such as smollm2-135m."""
     corpus: str = "stdlib"
     """Corpus: 'stdlib', a directory of source files, or a .txt / .jsonl file."""
     out_dir: str = "runs/lora"
@@ -173,14 +176,15 @@ class LastAfterValidation(ModelCheckpoint):
             trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt")
 
 
-def load_base(spec: str, device: str = "cpu"):
-    """Load the tri-mode checkpoint ``spec`` ('builtin:<name>' or a directory) → (model, tokenizer).
+def load_base(spec: str, device: str = "cpu", add_mask_token: bool = False):
+    """Load the tri-mode checkpoint ``spec`` ('builtin:<name>' or a directory) → (model, tokenizer);
+    ``add_mask_token`` as in :func:`~workbench.model.load.load_model`.
 
     Raises :class:`~workbench.model.io.CheckpointError` for a missing or non-Hugging-Face path.
     """
     from ..model.load import load_model
 
-    model, tok, _ = load_model(spec, device)
+    model, tok, _ = load_model(spec, device, add_mask_token)
     return model, tok
 
 
@@ -223,7 +227,7 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
     :class:`~workbench.corpus.CorpusError` for an empty corpus — all before anything is written.
     """
     cfg.validate()
-    model, tok = load_base(cfg.init_from)
+    model, tok = load_base(cfg.init_from, add_mask_token=cfg.add_mask_token)
     _check_context(model, cfg)
     out = prepare_run_dir(cfg.out_dir)
     import yaml

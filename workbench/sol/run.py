@@ -40,6 +40,9 @@ class SolConfig:
 
     model: str = "builtin:tiny"
     """Checkpoint directory or 'builtin:tiny'."""
+    add_mask_token: bool = False
+    """Add a [MASK] token (embedding row = the mean of the others, deterministic) when the checkpoint's tokenizer
+    has none, e.g. a plain Hugging Face AR model such as smollm2-135m."""
     corpus: str = "stdlib"
     """Corpus of the held-out prompts."""
     split: str = "test"
@@ -140,7 +143,7 @@ def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
     check_out_dir(cfg.out_dir)                  # before the search, without creating anything
     meta = None                                 # a model passed in has no workbench.json to check against
     if model is None:
-        model, tokenizer, meta = load_model(cfg.model, resolve_device(cfg.device))
+        model, tokenizer, meta = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
     check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
     enc = None if is_byte_tokenizer(tokenizer) else tokenizer
     prompts = make_prompts(by_split(load_corpus(cfg.corpus), cfg.split), cfg.n_prompts, cfg.prompt_len, cfg.gen_len, enc)

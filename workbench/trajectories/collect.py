@@ -45,6 +45,9 @@ class CollectConfig:
 
     model: str = "builtin:tiny"
     """Checkpoint directory or 'builtin:tiny'."""
+    add_mask_token: bool = False
+    """Add a [MASK] token (embedding row = the mean of the others, deterministic) when the checkpoint's tokenizer
+    has none, e.g. a plain Hugging Face AR model such as smollm2-135m."""
     out: str = "trajectories/tiny-serial.zarr"
     """Store path (created; rerunning the same command resumes it)."""
     policy: str = "serial"
@@ -289,7 +292,7 @@ def run_collect(cfg: CollectConfig) -> dict:
     cfg.validate()
     check_run_dir(Path(cfg.out).parent if not Path(cfg.out).exists() else cfg.out)   # a read-only file system
     pl.seed_everything(cfg.seed, verbose=False)
-    model, tok, _ = load_model(cfg.model, "cpu")
+    model, tok, _ = load_model(cfg.model, "cpu", cfg.add_mask_token)
     docs = load_corpus(cfg.prompts) if cfg.prompts else by_split(load_corpus(cfg.corpus), cfg.split)
     b_max = max(cfg.block_lengths)
     enc = None if is_byte_tokenizer(tok) else tok
