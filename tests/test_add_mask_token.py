@@ -43,3 +43,31 @@ def test_train_lora_with_an_added_mask_token(tmp_path, ar_checkpoint, small_corp
         train_lora(cfg("no"))
     train_lora(cfg("yes", "--add_mask_token", "true"))
     assert (tmp_path / "yes" / "adapter" / "adapter_config.json").is_file()
+
+
+def test_lora_target_is_the_family_attention_output_projection(tmp_path, ar_checkpoint, small_corpus):
+    """train lora's default o_proj becomes GPT-2's attn.c_proj and GPT-NeoX's attention.dense (issue 24 §1); a name
+    that matches nothing is one line naming --target_modules with candidates, and leaves no run folder."""
+    from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, \
+        LlamaForCausalLM
+
+    from workbench.cli_args import parse_dataclass
+    from workbench.drafter.lora import resolve_target_modules
+    from workbench.drafter.train import LoraTrainConfig, train_lora
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=64))
+    neox = GPTNeoXForCausalLM(GPTNeoXConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
+                                            intermediate_size=64, vocab_size=64))
+    llama = LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
+                                         intermediate_size=64, vocab_size=64))
+    assert resolve_target_modules(gpt2, ["o_proj"]) == ["attn.c_proj"]
+    assert resolve_target_modules(neox, ["o_proj"]) == ["attention.dense"]
+    assert resolve_target_modules(llama, ["o_proj", "v_proj"]) == ["o_proj", "v_proj"]
+    with pytest.raises(ValueError, match="--target_modules with names from: .*attn.c_attn"):
+        resolve_target_modules(gpt2, ["q_proj"])
+    cfg = parse_dataclass("t", LoraTrainConfig, [
+        "--config", "workbench/configs/lora_micro.yaml", "--init_from", str(ar_checkpoint), "--add_mask_token", "true",
+        "--corpus", str(small_corpus), "--out_dir", str(tmp_path / "run"), "--target_modules", "[nope]"])
+    with pytest.raises(ValueError, match="--target_modules"):
+        train_lora(cfg)
+    assert not (tmp_path / "run").exists()

@@ -19,6 +19,42 @@ from ..utils import staged_dir
 DRAFTER_JSON = "drafter.json"
 
 
+#: The attention output projection in each model family, as a peft ``target_modules`` suffix: Llama, Qwen,
+#: Mistral, Gemma, Phi-3, OLMo (``self_attn.o_proj``), GPT-2 (``attn.c_proj``, a Conv1D), GPT-NeoX (``attention.dense``),
+#: Falcon / BLOOM (``self_attention.dense``), OPT / GPT-J (``attn.out_proj``).
+ATTENTION_OUTPUT = ("self_attn.o_proj", "attn.c_proj", "attention.dense", "self_attention.dense", "attn.out_proj")
+
+
+def _projections(backbone) -> list[str]:
+    """Names of the backbone's linear (and GPT-2 Conv1D) modules."""
+    import torch.nn as nn
+
+    return [n for n, m in backbone.named_modules() if isinstance(m, nn.Linear) or type(m).__name__ == "Conv1D"]
+
+
+def resolve_target_modules(backbone, names: list[str]) -> list[str]:
+    """``names`` (peft suffixes) checked against ``backbone``; ``o_proj`` (NLD's choice, the default) becomes the
+    family's attention output projection (:data:`ATTENTION_OUTPUT`) when the backbone has no ``o_proj``.
+
+    Raises ``ValueError`` (one line naming ``--target_modules`` and candidate names) for a name that matches no
+    linear module."""
+    mods = _projections(backbone)
+    out = []
+    for name in names:
+        if any(m == name or m.endswith("." + name) for m in mods):
+            out.append(name)
+            continue
+        if name == "o_proj":
+            found = [a for a in ATTENTION_OUTPUT if any(m.endswith("." + a) for m in mods)]
+            if found:
+                out.append(found[0])
+                continue
+        cands = sorted({".".join(m.split(".")[-2:]) for m in mods})
+        raise ValueError(f"no linear module of this model matches target module {name!r}; pass --target_modules "
+                         f"with names from: {', '.join(cands[:16])}")
+    return out
+
+
 def add_lora(model, rank: int, alpha: float, dropout: float = 0.0, target_modules=("o_proj",)):
     """Wrap ``model.backbone`` in a peft LoRA model in place and return ``model``.
 

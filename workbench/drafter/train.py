@@ -25,7 +25,7 @@ from pytorch_lightning.loggers import CSVLogger
 from ..resume import LogHistory, RngState
 from ..utils import prepare_run_dir
 from .data import SOURCES, DrafterDataModule, self_distill_windows
-from .lora import add_lora, save_adapter
+from .lora import add_lora, resolve_target_modules, save_adapter
 from .losses import DEFAULT_LOSS, check_loss_name
 from .module import LoraDrafterModule
 
@@ -54,7 +54,8 @@ class LoraTrainConfig:
     lora_dropout: float = 0.0
     """LoRA dropout."""
     target_modules: list[str] = field(default_factory=lambda: ["o_proj"])
-    """Modules that get adapters (paper: o_proj only)."""
+    """Modules that get adapters (paper: o_proj only; in a family without o_proj, e.g. GPT-2 or GPT-NeoX, o_proj
+    means its attention output projection)."""
     draft_length: int = 8
     """Draft length k of the training cycles (positions per draft block)."""
     tau: float = 3.0
@@ -229,6 +230,7 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
     cfg.validate()
     model, tok = load_base(cfg.init_from, add_mask_token=cfg.add_mask_token)
     _check_context(model, cfg)
+    cfg.target_modules = resolve_target_modules(model.backbone, list(cfg.target_modules))   # before any output
     out = prepare_run_dir(cfg.out_dir)
     import yaml
 
