@@ -97,3 +97,33 @@ def test_encode_documents_uses_the_tokenizers_own_eos(tokenizer):
     tok.eos_token = None
     with pytest.raises(CorpusError, match="end-of-sequence"):
         encode_documents(docs, tok)
+
+
+def test_bos_convention_is_the_tokenizer_s_own(small_corpus):
+    """Prompts, training documents and decode inputs start with what the tokenizer itself prepends (issue 24 §1):
+    a BOS for a Llama-style tokenizer that adds one, nothing for one that does not (SmolLM2, GPT-2, tiny)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from workbench.corpus import load_corpus
+    from workbench.data import encode_documents
+    from workbench.evaluation.prompts import make_prompts
+    from workbench.tokenizer import bos_prefix, byte_tokenizer
+
+    docs = load_corpus(str(small_corpus))[:20]
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.train_from_iterator([d.text for d in docs], trainer=trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bos_id = raw.token_to_id("<s>")
+    plain = PreTrainedTokenizerFast(tokenizer_object=raw.__class__.from_str(raw.to_str()), bos_token="<s>",
+                                    eos_token="</s>")
+    raw.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos_id)])
+    with_bos = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="</s>")
+    assert bos_prefix(with_bos) == [bos_id] and bos_prefix(plain) == [] and bos_prefix(None) == []
+    assert bos_prefix(byte_tokenizer()) == []
+    ps = make_prompts(docs, 3, 40, 16, with_bos)
+    assert all(p.prompt[0] == bos_id and len(p.prompt) <= 40 and bos_id not in p.prompt[1:] for p in ps)
+    assert all(p.prompt[0] != bos_id for p in make_prompts(docs, 3, 40, 16, plain))
+    stream = encode_documents(docs[:3], with_bos)
+    assert stream[0] == bos_id and (stream == bos_id).sum() == 3      # one BOS at the start of every document

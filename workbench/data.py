@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from .corpus import CorpusError, Document, by_split, load_corpus
-from .tokenizer import EOS_ID, encode_bytes
+from .tokenizer import EOS_ID, bos_prefix, encode_bytes
 
 
 def encode_documents(docs: list[Document], tokenizer=None, eos_id: int | None = None) -> np.ndarray:
@@ -26,10 +26,11 @@ def encode_documents(docs: list[Document], tokenizer=None, eos_id: int | None = 
                               "set tokenizer.eos_token (e.g. to its '</s>' or '<|endoftext|>' token)")
     parts = []
     sep = np.array([eos_id], dtype=np.int32)
+    bos = np.asarray(bos_prefix(tokenizer), dtype=np.int32)     # the tokenizer's convention: [] or [BOS]
     for d in docs:
         ids = encode_bytes(d.text).astype(np.int32) if tokenizer is None else \
             np.asarray(tokenizer(d.text, add_special_tokens=False)["input_ids"], dtype=np.int32)
-        parts += [ids, sep]
+        parts += [bos, ids, sep]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
 

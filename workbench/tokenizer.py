@@ -66,6 +66,22 @@ def train_bpe_tokenizer(texts, vocab_size: int = 4096) -> PreTrainedTokenizerFas
                                    eos_token=EOS_TOKEN, pad_token=EOS_TOKEN)
 
 
+def bos_prefix(tok: PreTrainedTokenizerBase | None) -> list[int]:
+    """The ids ``tok`` puts before a text by its own convention (what ``add_special_tokens=True`` prepends):
+    ``[bos_id]`` for tokenizers that add BOS (Llama-2 / 3 style), ``[]`` for those that do not (GPT-2 style,
+    SmolLM2's, the byte-level tiny tokenizer, ``tok=None``). Prompts, training documents and ``decode`` inputs start
+    with these ids, so a model sees text the way it was pretrained on it."""
+    if tok is None:
+        return []
+    probe = "x = 1"
+    with_ = list(tok(probe)["input_ids"])
+    bare = list(tok(probe, add_special_tokens=False)["input_ids"])
+    for k in range(len(with_) - len(bare) + 1):
+        if with_[k:k + len(bare)] == bare:
+            return with_[:k]
+    return []
+
+
 def is_byte_tokenizer(tok: PreTrainedTokenizerBase) -> bool:
     """True if ``tok`` maps text to UTF-8 byte ids like :func:`byte_tokenizer` (enables the fast path)."""
     try:

@@ -53,6 +53,7 @@ def _read_prompt(prompt: str) -> str:
 def main(argv: list[str]) -> int:
     from ..cli_args import parse_dataclass
     from ..model.load import load_model, resolve_device
+    from ..tokenizer import bos_prefix
     from . import get_policy
 
     cfg = parse_dataclass("workbench decode", DecodeConfig, argv)
@@ -61,7 +62,7 @@ def main(argv: list[str]) -> int:
         raise ValueError(f"workbench decode cannot run the {cfg.policy} policy: {NEEDS_MORE[cfg.policy]}")
     text = _read_prompt(cfg.prompt)
     model, tok, _ = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
-    ids = tok(text, add_special_tokens=False)["input_ids"]
+    ids = bos_prefix(tok) + tok(text, add_special_tokens=False)["input_ids"]   # the tokenizer's BOS convention
     kw = dict(block_length=cfg.block_length, precision=cfg.precision, pad_id=tok.pad_token_id or 0,
               eos_id=tok.eos_token_id)
     if cfg.policy == "confidence":

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..corpus import CorpusError, Document
-from ..tokenizer import encode_bytes
+from ..tokenizer import bos_prefix, encode_bytes
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,9 @@ def make_prompts(docs: list[Document], n_prompts: int, prompt_len: int, gen_len:
             if q:
                 order.append(q.pop(0))
     out: list[Prompt] = []
+    bos = bos_prefix(tokenizer)
+    if len(bos) >= prompt_len:
+        raise CorpusError(f"prompt_len {prompt_len} leaves no room after the tokenizer's BOS prefix {bos}")
     for round_ in range(per_file):
         for d in order:
             if len(out) == n_prompts:
@@ -69,8 +72,9 @@ def make_prompts(docs: list[Document], n_prompts: int, prompt_len: int, gen_len:
             for cut in rng.permutation(cands)[:8]:
                 before, after = _encode(d.text[:cut], tokenizer), _encode(d.text[cut:], tokenizer)
                 if len(after) >= gen_len and len(before) >= min_prompt:
-                    out.append(Prompt(len(out), d.path, d.category, tuple(before[-prompt_len:].tolist()),
-                                      tuple(after[:gen_len].tolist())))
+                    # the tokenizer's own BOS convention (bos_prefix), then the end of the text before the cut
+                    ids = bos + before[-(prompt_len - len(bos)):].tolist()
+                    out.append(Prompt(len(out), d.path, d.category, tuple(ids), tuple(after[:gen_len].tolist())))
                     break
     if not out:
         raise CorpusError(f"no held-out file is long enough for a {min_prompt}+{gen_len}-token prompt")
