@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from test_store import B, new_store, one_line_error
-from workbench.trajectories import StoreReader, store_info, verify_store
+from workbench.trajectories import StoreError, StoreReader, store_info, verify_store
 
 
 @pytest.fixture
@@ -23,7 +23,8 @@ def test_empty_chunk_file_is_damage(store, name):
     one_line_error(lambda: StoreReader(store, B), "is empty", name.split("/c/")[0])
 
 
-@pytest.mark.parametrize("name", ["rows/top_ids/c/0/0/0", "rows/top_probs/c/0/0/0", "trajectories/final_ids/c/0/0"])
+@pytest.mark.parametrize("name", ["rows/top_ids/c/0/0/0", "rows/top_probs/c/0/0/0", "trajectories/final_ids/c/0/0",
+                                  "trajectories/row_end/c/0"])
 def test_half_truncated_chunk_is_one_line_from_the_cli(store, name):
     """A chunk file cut to half its bytes (a disk filled mid-write): `workbench store verify` exits 2 with one
     stderr line naming the array (no asyncio task noise), and the reader refuses it too."""
@@ -37,9 +38,9 @@ def test_half_truncated_chunk_is_one_line_from_the_cli(store, name):
                        capture_output=True, text=True, timeout=300)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and name.split("/c/")[0] in lines[0], r.stderr[-2000:]
-    with pytest.raises(Exception, match="corrupt"):
+    with pytest.raises(StoreError, match="corrupt"):     # every reader: the sampler's data reads trajectories()
         rd = StoreReader(store, B)
-        rd.read_rows(list(range(min(rd.n_rows, 50)))) if name.startswith("rows") else rd.final_ids()
+        rd.read_rows(list(range(min(rd.n_rows, 50)))) if name.startswith("rows") else (rd.trajectories(), rd.final_ids())
 
 
 @pytest.mark.parametrize("garbage", [b"", b"\xb4\x00garbage", b"{not json"])
