@@ -40,17 +40,23 @@ def leg_points(asset: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot(points: pd.DataFrame, out: Path, title: str) -> None:
-    """Write the plot of :func:`leg_points` to ``out`` (PNG)."""
+#: What ``val/tau`` decodes, and the issue's target for it, by training objective.
+OBJECTIVES = {"nld": ("linear self-speculation τ, k = {k}", 2.5), "idlm": ("ISD tokens per forward, N = {k}", 2.0)}
+
+
+def plot(points: pd.DataFrame, out: Path, title: str, objective: str = "nld", k: int = 8) -> None:
+    """Write the plot of :func:`leg_points` to ``out`` (PNG); ``objective`` / ``k`` label the decoded acceptance
+    (:data:`OBJECTIVES`) and draw its target."""
+    what, target = OBJECTIVES[objective]
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for leg, g in points.groupby("leg"):
         dev = "GPU" if "GPU" in str(g["device"].iloc[0]) or "H100" in str(g["device"].iloc[0]) else "CPU"
-        ax.plot(g["tokens"] / 1e6, g["val/tau"], "o-", label=f"leg {leg} ({dev}): decoded τ, k = 8")
+        ax.plot(g["tokens"] / 1e6, g["val/tau"], "o-", label=f"leg {leg} ({dev}): {what.format(k=k)}")
         if g["val/tau_tf"].notna().any():
             ax.plot(g["tokens"] / 1e6, g["val/tau_tf"], "x--", alpha=0.6, label=f"leg {leg}: teacher-forced τ")
-    ax.axhline(2.5, color="grey", lw=0.8, ls=":", label="target τ ≥ 2.5")
+    ax.axhline(target, color="grey", lw=0.8, ls=":", label=f"target ≥ {target}")
     ax.set_xlabel("training tokens (millions)")
-    ax.set_ylabel("validation acceptance length τ (tokens / cycle)")
+    ax.set_ylabel("validation acceptance (tokens per cycle)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
@@ -65,8 +71,10 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     a = ap.parse_args()
     pts = leg_points(a.asset)
-    print(pts.to_string(index=False))
-    plot(pts, a.out, f"{a.asset.name}: validation acceptance over the legs")
+    print(pts.drop(columns="device").to_string(index=False))
+    meta = json.loads((a.asset / "workbench.json").read_text())
+    k = (meta.get("train_config") or {}).get("val_draft_length", 8)
+    plot(pts, a.out, f"{a.asset.name}: validation acceptance over the legs", meta.get("objective", "nld"), k)
 
 
 if __name__ == "__main__":

@@ -113,3 +113,28 @@ def test_empty_and_unfinished_stores_are_not_ok(tmp_path):
     one_line_error(lambda: verify_store(part), "unfinished collection", "25 of 40", "rerun the same")
     write(part, range(25, 40))
     assert verify_store(part)["block_lengths"][B]["trajectories"] > 0     # finished: ok
+
+
+def test_collect_on_a_read_only_file_system_is_one_line(tmp_path, capsys, monkeypatch):
+    """`collect --out` where the file system refuses writes (EROFS, simulated: this machine runs as root, which
+    writes through permission bits) exits 2 with one line and writes nothing (issue 27 §6)."""
+    import errno
+    import tempfile
+
+    import workbench.utils as utils
+    from workbench.cli import main
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = tempfile.TemporaryDirectory
+
+    def refusing(*a, dir=None, **kw):
+        if dir is not None and Path(dir).resolve().is_relative_to(ro.resolve()):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(*a, dir=dir, **kw)
+
+    monkeypatch.setattr(utils.tempfile, "TemporaryDirectory", refusing)
+    assert main(["collect", "--out", str(ro / "s.zarr"), "--n_prompts", "2", "--block_lengths", "[4]"]) == 2
+    lines = [line for line in capsys.readouterr().err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and "Read-only file system" in lines[0], lines
+    assert list(ro.iterdir()) == []
