@@ -6,9 +6,8 @@ import pandas as pd
 
 from ..evaluation.harness import MODE_NAMES
 from ..evaluation.report import fmt, markdown_table
-from . import stages
 from .config import HEADLINE, TARGETS
-from .stages import collection, deer, leaderboard, lora, sampler, sol  # noqa: F401
+from .stages import collection, deer, leaderboard, lora, sampler, sol
 
 
 def headline(summary: pd.DataFrame) -> dict:
@@ -88,7 +87,7 @@ def report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curve
              f"Total time {metrics['timing_s']['total']:.0f} s "
              f"({', '.join(f'{k} {v:.0f} s' for k, v in metrics['timing_s'].items() if k != 'total')}).", ""]
     if metrics.get("leaderboard"):
-        lines += stages.leaderboard.section(metrics["leaderboard"])
+        lines += leaderboard.section(metrics["leaderboard"])
     if metrics.get("context_warning"):
         lines += [f"**Warning:** {metrics['context_warning']}.", ""]
     lines += ["## Corpus", "",
@@ -169,15 +168,15 @@ def report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curve
             lines += ["", f"{label}:", "", "```python", text, "```"]
         lines.append("")
     if metrics.get("collection"):
-        lines += stages.collection.section(metrics["collection"])
+        lines += collection.section(metrics["collection"])
     if metrics.get("sampler"):
-        lines += stages.sampler.section(metrics["sampler"], cfg.sampler_block_length)
+        lines += sampler.section(metrics["sampler"], cfg.sampler_block_length)
     if metrics.get("lora"):
-        lines += stages.lora.section(metrics["lora"])
+        lines += lora.section(metrics["lora"])
     if metrics.get("sol"):
-        lines += stages.sol.section(metrics["sol"])
+        lines += sol.section(metrics["sol"])
     if metrics.get("deer"):
-        lines += stages.deer.section(metrics["deer"])
+        lines += deer.section(metrics["deer"])
     lines += ["## Files", "", "- `results.parquet`: one row per prompt × mode × policy × B × τ (metrics + text)",
               "- `summary.parquet`, `summary_by_category.parquet`: means", "- `metrics.json`: held-out losses, headline, timings",
               "- `config.json`: the resolved demo configuration", ""]

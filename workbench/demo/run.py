@@ -27,11 +27,10 @@ from ..evaluation.report import fmt, plot_accuracy_vs_tpf, plot_training_curves
 from ..model.load import load_model, resolve_device
 from ..tokenizer import is_byte_tokenizer
 from ..utils import staged_dir
-from . import stages
 from .config import TARGETS, DemoConfig, check_stage_options
 from .report import degeneration, headline, report
 from .retrain import retrain
-from .stages import collection, deer, leaderboard, lora, sampler, sol  # noqa: F401  (stages.<name>.run below)
+from .stages import collection, deer, leaderboard, lora, sampler, sol
 
 
 def run_demo(cfg: DemoConfig) -> Path:
@@ -99,23 +98,22 @@ def run_demo(cfg: DemoConfig) -> Path:
             stage_s[name] = time.time() - t
             return out
 
-        collection = timed("collection", stages.collection.run, cfg, model_spec, run) if cfg.collect else None
-        sampler_stage = timed("sampler", stages.sampler.run, cfg, model_spec, model, tok, prompts, ecfg, run,
-                              decode_cache) \
+        collection_st = timed("collection", collection.run, cfg, model_spec, run) if cfg.collect else None
+        sampler_st = timed("sampler", sampler.run, cfg, model_spec, model, tok, prompts, ecfg, run, decode_cache) \
             if cfg.collect and cfg.sampler else None     # its block length is collected: check_stage_options
-        lora = timed("lora", stages.lora.run, cfg, model_spec, run) if cfg.lora else None
-        adapter = lora["adapter"] if lora else None
-        sol_stage = timed("sol", stages.sol.run, cfg, model, tok, run, adapter) if cfg.sol else None
-        deer = timed("deer", stages.deer.run, cfg, model_spec, run, adapter) if cfg.deer else None
-        board = timed("leaderboard", stages.leaderboard.run, cfg, model_spec, model, tok, run, adapter,
-                      sampler_stage["samplers"]["attention"]["path"] if sampler_stage else None,
-                      deer["drafter"] if deer else None) if cfg.leaderboard else None
+        lora_st = timed("lora", lora.run, cfg, model_spec, run) if cfg.lora else None
+        adapter = lora_st["adapter"] if lora_st else None
+        sol_st = timed("sol", sol.run, cfg, model, tok, run, adapter) if cfg.sol else None
+        deer_st = timed("deer", deer.run, cfg, model_spec, run, adapter) if cfg.deer else None
+        board = timed("leaderboard", leaderboard.run, cfg, model_spec, model, tok, run, adapter,
+                      sampler_st["samplers"]["attention"]["path"] if sampler_st else None,
+                      deer_st["drafter"] if deer_st else None) if cfg.leaderboard else None
         headline_numbers = headline(summary)
         metrics = {"model": str(model_spec), "parameters": n_params, "heldout": held, "splits": split_stats,
                    "n_prompts": len(prompts), "context_warning": context_warning, "headline": headline_numbers,
                    "free_running": degeneration(summary),
-                   "targets": TARGETS, "collection": collection, "sampler": sampler_stage, "sol": sol_stage,
-                   "lora": lora, "deer": deer, "leaderboard": board,
+                   "targets": TARGETS, "collection": collection_st, "sampler": sampler_st, "sol": sol_st,
+                   "lora": lora_st, "deer": deer_st, "leaderboard": board,
                    "timing_s": {"corpus": t_corpus, "heldout": t_held, "evaluation": t_eval, **stage_s,
                                 "total": time.time() - t_start},
                    "device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,

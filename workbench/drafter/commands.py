@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from .cli import AblationConfig, DrafterEvalConfig, EvalOptions
+from .config import AblationConfig, DrafterEvalConfig, EvalOptions
 
 
 def _prompts(cfg: EvalOptions, tokenizer):

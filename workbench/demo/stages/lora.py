@@ -20,7 +20,7 @@ def lora_stage(model_spec: str, corpus: str, run: Path, steps: int, n_prompts: i
     greedy linear (k = 8) and quadratic (k = 4) self-speculation with and without it on held-out prompts,
     real-context (context reset to the real text every ``segment`` tokens) and free-running. Writes ``run/lora/`` (training run, ``adapter/``) and ``run/lora_eval/``."""
     from ...cli_args import parse_dataclass
-    from ...drafter.cli import EvalOptions
+    from ...drafter.config import EvalOptions
     from ...drafter.commands import evaluate_to
     from ...drafter.train import LoraTrainConfig, train_lora
 
