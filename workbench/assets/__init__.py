@@ -21,7 +21,7 @@ def builtin_model_path(name: str) -> Path:
     return p
 
 
-ARTEFACT_KINDS = {"sampler": "sampler", "drafter": "deer-drafter"}
+ARTEFACT_KINDS = {"sampler": "sampler", "drafter": "deer-drafter", "proxy": "proxy"}
 """Artefacts a shipped model may come with: option name -> folder suffix (``workbench/assets/<model>-<suffix>``)."""
 
 
@@ -30,7 +30,8 @@ def shipped_artefact(model: str, kind: str) -> Path | None:
 
     ``model`` is a model spec as the commands take it (``tiny``, ``builtin:tiny``, a named model); ``kind`` is
     ``'sampler'`` (a ``workbench train sampler`` folder, shipped as ``workbench/assets/<model>-sampler``) or
-    ``'drafter'`` (a ``workbench train deer`` drafter, ``workbench/assets/<model>-deer-drafter``). Each shipped
+    ``'drafter'`` (a ``workbench train deer`` drafter, ``workbench/assets/<model>-deer-drafter``) or ``'proxy'``
+    (a ``workbench diffuspec proxy`` n-gram proxy, ``workbench/assets/<model>-proxy``). Each shipped
     folder records how it was made in its ``workbench.json``. Raises ``ValueError`` for an unknown ``kind``."""
     if kind not in ARTEFACT_KINDS:
         raise ValueError(f"unknown artefact kind {kind!r}; valid: {', '.join(ARTEFACT_KINDS)}")

@@ -5,17 +5,15 @@ from ..decoding.registry import DecoderSpec, register_decoder
 def _deer(model, prompts, gen_len, drafter=None, **kw):
     from .decode import deer_policy
 
+    if getattr(drafter, "sep_token_id", None) is not None:
+        kw["sep_id"] = drafter.sep_token_id
     return deer_policy(model, prompts, gen_len, drafter=drafter, **kw)
 
 
 def _load(path, model, tokenizer):
-    from ..model.io import load_checkpoint
-    from .models import check_shared_tokenizer, check_vocab_sizes
+    from .models import load_drafter
 
-    drafter, tok, _ = load_checkpoint(path, device=model.device)
-    check_shared_tokenizer(tokenizer, tok)
-    check_vocab_sizes(model, drafter)
-    return drafter.eval()
+    return load_drafter(path, model, tokenizer)
 
 
 register_decoder(DecoderSpec("deer", _deer, load=_load, target_forwards="extra",

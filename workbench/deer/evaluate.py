@@ -31,11 +31,11 @@ from ..decoding.ar import ar_decode
 from ..decoding.base import DecodeResult
 from ..evaluation.metrics import agreement, repetition_rate
 from ..evaluation.prompts import Prompt, make_prompts
-from ..model.io import load_checkpoint, read_workbench_json
+from ..model.io import read_workbench_json
 from ..speculative.metrics import row_metrics
 from ..tokenizer import is_byte_tokenizer
 from .decode import DeerResult, deer_decode
-from .models import check_shared_tokenizer, load_target
+from .models import load_drafter, load_target
 from .tables import acceptance_histogram, by_category, compare_tau
 
 Decoder = Callable[[list[list[int]]], DecodeResult]
@@ -154,10 +154,21 @@ def _last(curves: pd.DataFrame, col: str) -> float:
     return float(s.iloc[-1]) if len(s) else float("nan")
 
 
-def _load_drafter(path: str, tokenizer, device):
-    drafter, tok, _ = load_checkpoint(path, device=device)
-    check_shared_tokenizer(tokenizer, tok)
-    return drafter.eval()
+def _drafters(cfg: DeerEvalConfig) -> tuple[dict[str, str], dict[str, tuple[float, pd.DataFrame]]]:
+    """Method name -> drafter directory of every drafter to decode with, and the α-sweep runs' curves."""
+    drafters = {"deer": cfg.drafter}
+    if cfg.stage1_drafter:
+        drafters["deer_stage1"] = cfg.stage1_drafter
+    drafters.update(cfg.extra_drafters)
+    alphas = {}
+    for run in cfg.alpha_runs:
+        alpha, curves = alpha_curves(run)
+        path = str(Path(run) / "drafter")
+        same = [m for m, p in drafters.items() if Path(p).resolve() == Path(path).resolve()]
+        name = same[0] if same else f"deer_alpha{alpha:g}"
+        drafters.setdefault(name, path)
+        alphas[name] = (alpha, curves)
+    return drafters, alphas
 
 
 def _linear_model(target, adapter: str | None):
@@ -190,28 +201,18 @@ def run_deer_eval(cfg: DeerEvalConfig, target=None, tokenizer=None) -> Path:
     dev = resolve_device(cfg.device)
     if target is None:
         target, tokenizer = load_target(cfg.target, dev)
-    pad, sep = int(tokenizer.pad_token_id), int(tokenizer.sep_token_id)
+    drafters, alphas = _drafters(cfg)
+    # loaded first: a shared-base drafter gives the target its mask and separator tokens
+    loaded = {name: load_drafter(path, target, tokenizer) for name, path in drafters.items()}
+    pad = int(tokenizer.pad_token_id)
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
     prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len,
                            None if is_byte_tokenizer(tokenizer) else tokenizer)
     common = dict(temperature=cfg.temperature, pad_id=pad, precision=cfg.precision, seed=cfg.seed)
     runs: dict[str, Decoder] = {"ar": lambda ps: ar_decode(target, ps, cfg.gen_len, **common)}
-    drafters = {"deer": cfg.drafter}
-    if cfg.stage1_drafter:
-        drafters["deer_stage1"] = cfg.stage1_drafter
-    drafters.update(cfg.extra_drafters)
-    alphas = {}
-    for run in cfg.alpha_runs:
-        alpha, curves = alpha_curves(run)
-        path = str(Path(run) / "drafter")
-        same = [m for m, p in drafters.items() if Path(p).resolve() == Path(path).resolve()]
-        name = same[0] if same else f"deer_alpha{alpha:g}"
-        drafters.setdefault(name, path)
-        alphas[name] = (alpha, curves)
-    for name, path in drafters.items():
-        d = _load_drafter(path, tokenizer, dev)
-        runs[name] = (lambda d: lambda ps: deer_decode(target, d, ps, cfg.gen_len, cfg.draft_length, sep_id=sep,
-                                                       **common))(d)
+    for name, d in loaded.items():
+        runs[name] = (lambda d: lambda ps: deer_decode(target, d, ps, cfg.gen_len, cfg.draft_length,
+                                                       sep_id=d.sep_token_id, **common))(d)
     if cfg.compare_linear:
         lin = _linear_model(target, cfg.adapter)
         runs["linear_ss"] = lambda ps: linear_self_speculation(lin, ps, cfg.gen_len, draft_length=cfg.draft_length,

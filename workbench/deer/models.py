@@ -123,6 +123,25 @@ def build_drafter(target: TriModeLM, target_tok: PreTrainedTokenizerBase, preset
     return TriModeLM(backbone, int(target_tok.mask_token_id)), target_tok
 
 
+def load_drafter(path: str, target: TriModeLM, target_tok: PreTrainedTokenizerBase) -> TriModeLM:
+    """Any DEER drafter for ``target``, in eval mode, with ``sep_token_id`` set: a shared-base drafter
+    (:mod:`workbench.deer.shared`; prepares the target in place) or a full tri-mode checkpoint.
+
+    Raises :class:`TokenizerMismatchError` for another tokenizer or vocabulary size and
+    :class:`~workbench.model.io.CheckpointError` for a bad path or a drafter of other base weights."""
+    from ..model.io import load_checkpoint
+    from .shared import is_shared_drafter, load_drafter_for
+
+    if is_shared_drafter(path):
+        drafter = load_drafter_for(path, target, target_tok)
+    else:
+        drafter, tok, _ = load_checkpoint(path, device=target.device)
+        check_shared_tokenizer(target_tok, tok)
+        drafter.sep_token_id = int(tok.sep_token_id)
+    check_vocab_sizes(target, drafter)
+    return drafter.eval()
+
+
 def check_vocab_sizes(target: TriModeLM, drafter: TriModeLM) -> None:
     """Raise :class:`TokenizerMismatchError` if the two models' output vocabularies differ in size
     (draft distributions ``q`` and target distributions ``p`` must live on the same ids, Eq. 5)."""

@@ -95,8 +95,9 @@ class DeerModule(pl.LightningModule):
         self.log("val/tau", greedy_tau_estimate(acc), prog_bar=True, batch_size=n)
 
     def configure_optimizers(self):
-        decay = [p for p in self.drafter.parameters() if p.dim() >= 2]
-        no_decay = [p for p in self.drafter.parameters() if p.dim() < 2]
+        params = [p for p in self.drafter.parameters() if p.requires_grad]   # shared embedding/head are frozen
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": self.weight_decay},
                                  {"params": no_decay, "weight_decay": 0.0}], lr=self.lr, betas=(0.9, 0.95))
         return optimizer_config(opt, self.warmup_steps, self.max_steps, self.min_lr_ratio)

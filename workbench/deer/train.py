@@ -19,6 +19,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
 from ..resume import LogHistory, RngState
+from ..model.fingerprint import weights_fingerprint
 from ..model.io import save_checkpoint
 from ..model.presets import PRESETS
 from ..utils import prepare_run_dir, staged_dir
@@ -26,6 +27,7 @@ from .data import TeacherDataModule, load_teacher
 from .masking import NOISE, SPANS
 from .models import build_drafter, count_parameters, load_target
 from .module import DeerModule
+from .shared import drafter_from_target, is_shared_drafter, load_shared_drafter, prepare_target, save_shared_drafter
 
 
 @dataclass
@@ -44,6 +46,12 @@ class DeerTrainConfig:
     """Start from this tri-mode checkpoint or 'builtin:<name>' (required in stage 2: the stage-1 `drafter/`)."""
     init_layers: int | None = None
     """Keep only the first init_layers decoder layers of drafter_init (a smaller drafter from a trained model)."""
+    shared_layers: int | None = None
+    """Stage 1 of a pretrained AR target: the drafter is the target's first shared_layers decoder layers, sharing
+    its frozen embedding and LM head, saved without them (workbench.deer.shared). Stage 2 of such a drafter needs
+    only drafter_init."""
+    sep_token: str = "<|im_start|>"
+    """Existing token used as DEER's separator when the target's tokenizer has none (SmolLM2)."""
     out_dir: str = "runs/deer/stage1"
     """Run directory: config, CSV logs, checkpoints, metrics.json and the drafter in `drafter/`."""
     batch_size: int = 16
@@ -99,6 +107,9 @@ class DeerTrainConfig:
             raise ValueError(f"unknown DEER stage {self.stage!r}; valid: {', '.join(map(str, SPANS))}")
         if self.stage == 2 and not self.drafter_init:
             raise ValueError("stage 2 starts from the stage-1 drafter: set drafter_init to its drafter/ directory")
+        if self.shared_layers is not None and (self.shared_layers <= 0 or self.drafter_init or self.init_layers):
+            raise ValueError("shared_layers must be positive and builds the stage-1 drafter from the target: leave "
+                             "drafter_init and init_layers unset")
         if self.init_layers is not None and (self.init_layers <= 0 or not self.drafter_init):
             raise ValueError("init_layers must be positive and needs drafter_init")
         if self.drafter_init is None and self.drafter_preset not in PRESETS:
@@ -129,7 +140,14 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
     (out / "config.yaml").write_text(yaml.safe_dump({**asdict(cfg), "target": target_spec}, sort_keys=False))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     target, tok = load_target(target_spec)
-    drafter, _ = build_drafter(target, tok, cfg.drafter_preset, cfg.drafter_init, cfg.seed, cfg.init_layers)
+    shared = cfg.shared_layers is not None or (cfg.drafter_init is not None and is_shared_drafter(cfg.drafter_init))
+    if shared:
+        target, tok = prepare_target(target, tok, cfg.sep_token)
+        base_fp = weights_fingerprint(target)
+        drafter = (load_shared_drafter(cfg.drafter_init, target, tok, base_fp) if cfg.drafter_init
+                   else drafter_from_target(target, cfg.shared_layers))
+    else:
+        drafter, _ = build_drafter(target, tok, cfg.drafter_preset, cfg.drafter_init, cfg.seed, cfg.init_layers)
     drafter.train()
     module = DeerModule(drafter, cfg.stage, int(tok.sep_token_id), int(tok.pad_token_id), alpha=cfg.alpha,
                         r_max=cfg.r_max, noise=cfg.noise, t_min=cfg.t_min, max_context=cfg.max_context,
@@ -156,14 +174,17 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
     wall = time.time() - t0
     history.after_fit()
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    meta = {"deer_stage": cfg.stage, "preset": None if cfg.drafter_init else cfg.drafter_preset,
+    meta = {"deer_stage": cfg.stage, "preset": None if cfg.drafter_init or shared else cfg.drafter_preset,
             "init_from": cfg.drafter_init, "init_layers": cfg.init_layers, "target": target_spec,
             "teacher": cfg.teacher,
             "teacher_settings": settings, "train_config": asdict(cfg), "global_step": trainer.global_step,
             "parameters": count_parameters(drafter), "final_metrics": metrics}
     drafter.eval()
     with staged_dir(out / "drafter") as tmp:
-        save_checkpoint(drafter, tok, tmp, meta)
+        if shared:
+            save_shared_drafter(drafter, target, tok, tmp, meta, base_fp)
+        else:
+            save_checkpoint(drafter, tok, tmp, meta)
     (out / "metrics.json").write_text(json.dumps({"global_step": trainer.global_step, "wall_s_this_run": wall,
                                                   "parameters": count_parameters(drafter), **metrics}, indent=2) + "\n")
     return out / "drafter"

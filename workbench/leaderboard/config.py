@@ -43,6 +43,9 @@ class LeaderboardConfig:
     drafter: str | None = None
     """DEER drafter checkpoint (`workbench train deer`) for the deer decoder (default: the drafter shipped for
     --model, workbench/assets/<model>-deer-drafter, when there is one: tiny has one)."""
+    proxy: str | None = None
+    """Causal n-gram proxy (`workbench diffuspec proxy`) for DiffuSpec's CPS (default: the proxy shipped for
+    --model, workbench/assets/<model>-proxy, when there is one: tiny has one)."""
     adapter: str | None = None
     """LoRA drafter adapter (`workbench train lora`): the self-speculative decoders also run with it."""
     skip_missing: bool = False

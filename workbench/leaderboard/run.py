@@ -50,7 +50,7 @@ def _artefacts(cfg: LeaderboardConfig, specs: list[DecoderSpec], model, tok) -> 
     is the one shipped for ``cfg.model`` when there is one (:func:`~workbench.assets.shipped_artefact`)."""
     from ..assets import shipped_artefact
 
-    given = {"sampler": cfg.sampler, "drafter": cfg.drafter}
+    given = {"sampler": cfg.sampler, "drafter": cfg.drafter, "proxy": cfg.proxy}
     loaded, missing = {}, {}
     for spec in specs:
         if spec.needs is None:

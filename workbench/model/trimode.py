@@ -67,6 +67,9 @@ class TriModeLM(nn.Module):
                              "resize the embeddings after adding the mask token")
         self.backbone = backbone
         self._mask_token_id = None if mask_token_id is None else int(mask_token_id)
+        #: Hide the mask token's column from AR logits (set for a mask token added to a pretrained AR model,
+        #: whose AR distribution must stay the base's; gated models always hide it).
+        self.hide_mask_logit = False
 
     @property
     def mask_token_id(self) -> int:
@@ -75,6 +78,14 @@ class TriModeLM(nn.Module):
             raise TokenizerError("this model has no mask token, which diffusion-mode decoding and training need; "
                                  "rerun with --add_mask_token true (AR policies need none)")
         return self._mask_token_id
+
+    def set_added_mask_token(self, mask_token_id: int) -> None:
+        """Record a mask token just added to a pretrained AR model (its embedding row already exists) and hide
+        it from AR logits, so AR decoding stays the base model's. Raises ``ValueError`` outside the vocabulary."""
+        vocab = self.backbone.get_input_embeddings().num_embeddings
+        if not 0 <= mask_token_id < vocab:
+            raise ValueError(f"mask token id {mask_token_id} is outside the model vocabulary ({vocab})")
+        self._mask_token_id, self.hide_mask_logit = int(mask_token_id), True
 
     @property
     def has_mask_token(self) -> bool:
@@ -160,7 +171,8 @@ class TriModeLM(nn.Module):
     def _hide_mask(self, logits: torch.Tensor) -> torch.Tensor:
         """AR logits of a gated model with the added mask token's column at -inf: the base model never had
         that token, so its AR distribution (and argmax) is the base's exactly."""
-        if self.gated and self._mask_token_id is not None and logits.shape[-1] > self._mask_token_id:
+        if (self.gated or self.hide_mask_logit) and self._mask_token_id is not None \
+                and logits.shape[-1] > self._mask_token_id:
             logits = logits.clone()
             logits[..., self._mask_token_id] = float("-inf")
         return logits
@@ -192,7 +204,7 @@ class TriModeLM(nn.Module):
         if self.gated:
             with lora_positions(self, False):
                 return self._hide_mask(self._cached_forward(ids, cache, key_valid, causal=True))
-        return self._cached_forward(ids, cache, key_valid, causal=True)
+        return self._hide_mask(self._cached_forward(ids, cache, key_valid, causal=True))
 
     def diffusion_logits(self, block: torch.Tensor, cache: DynamicCache, key_valid: torch.Tensor) -> torch.Tensor:
         """Diffusion logits of a block over the cached clean prefix, without growing the cache.

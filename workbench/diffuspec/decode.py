@@ -1,0 +1,299 @@
+"""DiffuSpec decoding (diffuspec.txt Algorithm 1): a diffusion drafter proposes a block in one forward, CPS
+picks a causal path through its lattice, the AR target verifies it, and ADL sets the next draft length.
+
+Per speculative step t, for one prompt (the paper runs batch size 1; ADL's state is per instance):
+
+1. **Draft.** The drafter reads the verified prefix and a block of k_t masks (:class:`BlockDrafter`) and
+   returns per-position log-probabilities ``(k_t, vocab)``; S > 1 refinement steps commit the most confident
+   positions (Eq. 4) and re-run on the rest; a position keeps the distribution of the pass that decided it.
+2. **CPS** (:mod:`workbench.diffuspec.cps`) picks a path of length m_t ≤ k_t (or the argmax block when CPS
+   is off, stopped after its first EOS).
+3. **Verify.** The target reads ``[pending, path]`` through its KV cache (one forward). At temperature 0 the
+   longest prefix that equals its greedy tokens is accepted and its next greedy token emitted
+   (Proposition 4.1: the output is AR greedy exactly). At T > 0 the min(1, p/q) rule with residual resampling
+   uses q^L2R (Eq. 5: every in-block position masked), which with S = 1 is the drafter's one-pass distribution
+   at that position; CPS picks tokens by search rather than by sampling from q, so this regime is DiffuSpec's
+   heuristic extension (App. H.3), not exact speculative sampling.
+4. **ADL** (:mod:`workbench.diffuspec.adl`) updates k_{t+1} from L^gen (first EOS of the raw argmax draft) and
+   L^acc (accepted draft tokens).
+
+Decoding stops at ``gen_len`` tokens or after an accepted (or emitted) EOS. Rejected tokens are cropped from the
+target's cache. Forward counts per row: ``forwards`` = drafter forwards (two per step for a tri-mode drafter,
+whose verified tokens are appended by a separate causal forward; one for a DEER drafter), ``extra_forwards`` =
+target forwards (one per step).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..decoding.base import DecodeError, DecodeResult, autocast_for, check_lengths
+from ..speculative import greedy_accept, speculative_accept
+from .adl import ADLController, FixedLength
+from .cps import check_cps_args, cps_search, first_eos_length, prune_lattice
+
+
+@dataclass
+class DiffuSpecConfig:
+    """DiffuSpec's knobs (defaults: the paper's implementation details, §5, except the draft lengths, which
+    are this tokenizer's, chosen by ``workbench diffuspec tune``)."""
+
+    cps: bool = True
+    """Causal-consistency path search (False: the drafter's argmax block, cut after its first EOS)."""
+    adl: bool = True
+    """Adaptive draft length (False: a fixed length k_fixed)."""
+    k_fixed: int = 8
+    """Draft length without ADL (tokens)."""
+    k_min: int = 4
+    """ADL lower guardrail (tokens)."""
+    k_max: int = 12
+    """ADL upper guardrail and first draft length (tokens)."""
+    delta: float = 4.0
+    """ADL growth increment δ (tokens)."""
+    rho: float = 0.5
+    """ADL EMA smoothing ρ."""
+    tau: float = 0.8
+    """CPS cumulative-mass threshold τ (Eq. 6)."""
+    m_max: int = 15
+    """CPS per-position cap M_max."""
+    beam: int = 3
+    """CPS beam width B."""
+    lam: float = 0.5
+    """λ of Eq. 7: weight of the drafter's log-probability against the causal proxy's."""
+    steps: int = 1
+    """Diffusion refinement steps S of the drafter (Eq. 4)."""
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` with a one-line reason for a bad setting."""
+        check_cps_args(self.tau, self.m_max, self.beam, self.lam)
+        if self.adl:
+            ADLController(self.k_min, self.k_max, self.delta, self.rho)
+        else:
+            FixedLength(self.k_fixed)
+        if self.steps < 1:
+            raise ValueError(f"refinement steps must be >= 1, got {self.steps}")
+
+    def controller(self):
+        """A fresh draft-length controller (one per prompt)."""
+        return ADLController(self.k_min, self.k_max, self.delta, self.rho) if self.adl else FixedLength(self.k_fixed)
+
+    @property
+    def longest(self) -> int:
+        """The longest draft this configuration can ask for (tokens)."""
+        return self.k_max if self.adl else self.k_fixed
+
+
+class BlockDrafter:
+    """A diffusion drafter with its own KV cache of the verified prefix, for one sequence.
+
+    ``kind='trimode'``: a :class:`~workbench.model.trimode.TriModeLM` in diffusion mode (e.g. the converted
+    SmolLM2): the verified tokens are appended with :meth:`~TriModeLM.extend` (one causal forward), then the
+    block of masks is read with :meth:`~TriModeLM.diffusion_logits`. ``kind='deer'``: a DEER drafter, whose one
+    forward appends the verified tokens causally and reads ``[SEP, masks]`` bidirectionally
+    (:func:`~workbench.deer.attention.draft_block_logits`).
+    """
+
+    def __init__(self, model, kind: str = "trimode", sep_id: int | None = None):
+        if kind not in ("trimode", "deer"):
+            raise ValueError(f"unknown drafter kind {kind!r}; valid: trimode, deer")
+        if kind == "deer" and sep_id is None:
+            raise ValueError("a DEER drafter needs its separator id")
+        self.model, self.kind, self.sep_id = model, kind, sep_id
+        self.cache = model.new_cache()
+        self.n_cached = 0
+        self.calls = 0
+
+    @torch.no_grad()
+    def propose(self, verified: list[int], k: int, steps: int = 1) -> torch.Tensor:
+        """Log-probabilities ``(k, vocab)`` (float32) of a block of ``k`` masks after ``verified`` (token ids).
+
+        With ``steps`` > 1 each pass fixes the ⌈k / steps⌉ most confident undecided positions (Eq. 4) and the
+        next pass reads them as tokens; a position keeps the distribution of the pass that fixed it."""
+        dev = self.model.device
+        pending = torch.tensor([verified[self.n_cached:]], dtype=torch.long, device=dev)
+        mask_id = self.model.mask_token_id
+        block = torch.full((1, k), mask_id, dtype=torch.long, device=dev)
+        out = torch.empty((k, 0))
+        undecided = torch.ones(k, dtype=torch.bool, device=dev)
+        per_step = math.ceil(k / steps)
+        for s in range(steps):
+            logits = self._forward(pending if s == 0 else pending[:, :0], block)[0].float()
+            logits[:, mask_id] = float("-inf")
+            lp = torch.log_softmax(logits, -1)
+            if s == 0:
+                out = lp.clone()
+                self.n_cached = len(verified)
+            conf, arg = lp.max(-1)
+            conf = torch.where(undecided, conf, torch.full_like(conf, -float("inf")))
+            fix = conf.topk(min(per_step, int(undecided.sum()))).indices
+            out[fix] = lp[fix]
+            block[0, fix] = arg[fix]
+            undecided[fix] = False
+            if not undecided.any():
+                break
+        return out
+
+    def _forward(self, pending: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
+        dev = block.device
+        w, k = pending.shape[1], block.shape[1]
+        if self.kind == "deer":
+            from ..deer.attention import draft_block_logits
+
+            sep = torch.full((1, 1), self.sep_id, dtype=torch.long, device=dev)
+            valid = torch.ones((1, self.n_cached + w + k + 1), dtype=torch.bool, device=dev)
+            self.calls += 1
+            return draft_block_logits(self.model, pending, torch.cat([sep, block], 1), valid, self.cache)[:, 1:]
+        if w:
+            self.model.extend(pending, self.cache, torch.ones((1, self.n_cached + w), dtype=torch.bool, device=dev))
+            self.calls += 1
+        total = self.n_cached + w
+        self.calls += 1
+        return self.model.diffusion_logits(block, self.cache, torch.ones((1, total + k), dtype=torch.bool, device=dev))
+
+
+@dataclass
+class DiffuSpecResult(DecodeResult):
+    """:class:`~workbench.decoding.base.DecodeResult` plus DiffuSpec's per-step bookkeeping (per row).
+
+    Attributes:
+        accepted: draft tokens accepted per step (L^acc; the verifier's bonus/correction token not counted).
+        draft_lengths: k_t per step. path_lengths: m_t per step (CPS path, ≤ k_t). gen_lengths: L^gen per step.
+        draft_seconds, cps_seconds, verify_seconds: wall time in each stage (all rows).
+        drafter_params, target_params: parameter counts (for cost-weighted TPF).
+    """
+
+    accepted: list[list[int]] = field(default_factory=list)
+    draft_lengths: list[list[int]] = field(default_factory=list)
+    path_lengths: list[list[int]] = field(default_factory=list)
+    gen_lengths: list[list[int]] = field(default_factory=list)
+    draft_seconds: float = 0.0
+    cps_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    drafter_params: int = 0
+    target_params: int = 0
+
+    def mat(self, row: int) -> float:
+        """Mean accepted draft tokens per step (MAT, the bonus token not counted)."""
+        a = self.accepted[row]
+        return sum(a) / max(1, len(a))
+
+
+def _params(model) -> int:
+    return sum(p.numel() for p in model.backbone.parameters())
+
+
+@torch.no_grad()
+def diffuspec_decode(target, drafter, prompts: list[list[int]], gen_len: int, cfg: DiffuSpecConfig | None = None,
+                     proxy=None, temperature: float = 0.0, eos_id: int | None = None, drafter_kind: str = "trimode",
+                     sep_id: int | None = None, precision: str = "fp32", seed: int = 0) -> DiffuSpecResult:
+    """Generate up to ``gen_len`` tokens per prompt with DiffuSpec (Algorithm 1), one prompt at a time.
+
+    Args:
+        target: the AR verifier (a TriModeLM used through ``extend``: AR mode).
+        drafter: the diffusion drafter (TriModeLM; ``drafter_kind`` 'trimode' or 'deer'); may be ``target``
+            itself for a tri-mode model (its diffusion mode drafts, its AR mode verifies).
+        prompts: token-id lists. gen_len: tokens per prompt (fewer when EOS is emitted).
+        cfg: :class:`DiffuSpecConfig` (default: the defaults). proxy: an :class:`~workbench.diffuspec.ngram.
+            NgramProxy` for CPS (None with CPS on: λ = 1, the drafter's score alone).
+        temperature: 0 → greedy verification (lossless); > 0 → p/q rejection with q^L2R.
+        eos_id: stop after this token. sep_id: a DEER drafter's separator. precision: 'fp32' or 'bf16'.
+        seed: RNG seed of the T > 0 acceptance draws.
+
+    Returns :class:`DiffuSpecResult`. Raises :class:`~workbench.decoding.base.DecodeError` for bad lengths or
+    settings, or a vocabulary-size mismatch between drafter and target.
+    """
+    cfg = cfg or DiffuSpecConfig()
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise DecodeError(str(e)) from None
+    if temperature < 0:
+        raise DecodeError(f"temperature must be >= 0, got {temperature}")
+    vt = target.backbone.get_output_embeddings().out_features
+    vd = drafter.backbone.get_output_embeddings().out_features
+    if vt != vd:
+        raise DecodeError(f"drafter and target vocabularies differ ({vd} vs {vt} logits); use a drafter of the "
+                          "target's tokenizer")
+    check_lengths(target, prompts, gen_len + cfg.longest + 1)
+    dev = target.device
+    g = torch.Generator(device=dev).manual_seed(seed)
+    n0 = len(prompts)
+    res = DiffuSpecResult(tokens=[[] for _ in range(n0)], forwards=[0] * n0, extra_forwards=[0] * n0,
+                          committed_per_step=[[] for _ in range(n0)], step_tokens=[[] for _ in range(n0)],
+                          accepted=[[] for _ in range(n0)], draft_lengths=[[] for _ in range(n0)],
+                          path_lengths=[[] for _ in range(n0)], gen_lengths=[[] for _ in range(n0)],
+                          drafter_params=_params(drafter), target_params=_params(target))
+    t_start = time.perf_counter()
+    with autocast_for(dev, precision):
+        for row, prompt in enumerate(prompts):
+            _decode_one(target, BlockDrafter(drafter, drafter_kind, sep_id), list(prompt), gen_len, cfg, proxy,
+                        temperature, eos_id, g, res, row)
+    res.wall_time = time.perf_counter() - t_start
+    return res
+
+
+def _decode_one(target, drafter: BlockDrafter, prompt: list[int], gen_len: int, cfg: DiffuSpecConfig, proxy,
+                temperature: float, eos_id: int | None, g: torch.Generator, res: DiffuSpecResult, row: int) -> None:
+    dev = target.device
+    ctrl = cfg.controller()
+    cache = target.new_cache()
+    verified = list(prompt)           # the prefix the drafter has seen (prompt + emitted tokens)
+    pending = list(prompt)            # tokens the target's cache still lacks
+    out: list[int] = []
+    while len(out) < gen_len:
+        k = min(ctrl.k, gen_len - len(out))
+        t0 = time.perf_counter()
+        calls = drafter.calls
+        logp = drafter.propose(verified, k, cfg.steps)                       # (k, V)
+        res.forwards[row] += drafter.calls - calls
+        t1 = time.perf_counter()
+        raw = logp.argmax(-1).tolist()
+        gen = first_eos_length(raw, eos_id)
+        if cfg.cps:
+            lat = prune_lattice(logp, cfg.tau, cfg.m_max, eos_id)
+            state = proxy.state(verified) if proxy is not None else None
+            path, _ = cps_search(lat, state, proxy.score if proxy is not None else None, cfg.beam,
+                                 cfg.lam if proxy is not None else 1.0, eos_id)
+        else:
+            path = raw[:gen + 1] if gen < len(raw) else raw
+        t2 = time.perf_counter()
+        draft = torch.tensor([path], dtype=torch.long, device=dev)
+        m = len(path)
+        ids = torch.tensor([pending], dtype=torch.long, device=dev)
+        w = ids.shape[1]
+        n_cache = cache.get_seq_length()
+        v_logits = target.extend(torch.cat([ids, draft], 1), cache,
+                                 torch.ones((1, n_cache + w + m), dtype=torch.bool, device=dev))[:, w - 1:]
+        if temperature <= 0:
+            acc = greedy_accept(draft, v_logits)
+        else:
+            q = torch.softmax(logp[:m] / temperature, -1)                      # q^L2R (Eq. 5), S = 1
+            acc = speculative_accept(draft, q[None], torch.softmax(v_logits.float() / temperature, -1), g)
+        a, nxt = int(acc.accepted[0]), int(acc.next_token[0])
+        if m - a:
+            cache.crop(-(m - a))
+        res.extra_forwards[row] += 1
+        t3 = time.perf_counter()
+        take = (path[:a] + [nxt])[:gen_len - len(out)]
+        if eos_id is not None and eos_id in take:
+            take = take[:take.index(eos_id) + 1]
+        out += take
+        verified += take
+        pending = [nxt]
+        res.accepted[row].append(a)
+        res.draft_lengths[row].append(k)
+        res.path_lengths[row].append(m)
+        res.gen_lengths[row].append(gen)
+        res.committed_per_step[row].append(len(take))
+        res.step_tokens[row].append(take)
+        res.draft_seconds += t1 - t0
+        res.cps_seconds += t2 - t1
+        res.verify_seconds += t3 - t2
+        res.model_calls += 1
+        ctrl.update(gen, a)
+        if eos_id is not None and take and take[-1] == eos_id:
+            break
+    res.tokens[row] = out
