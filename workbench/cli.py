@@ -107,7 +107,8 @@ def _commands():
     return {"train": _cmd_train, "demo": demo.main, "evaluate": harness.main, "decode": decode_cli.main,
             "collect": _cmd_collect, "store": _cmd_store, "sweep": _cmd_sweep, "sol": _cmd_sol,
             "speculate": _module_main("workbench.speculative.cli"), "drafter": _module_main("workbench.drafter.cli"),
-            "deer": _module_main("workbench.deer.cli"), "diffuspec": _module_main("workbench.diffuspec.cli"), "models": _module_main("workbench.model.named"),
+            "deer": _module_main("workbench.deer.cli"), "diffuspec": _module_main("workbench.diffuspec.cli"),
+            "simsd": _module_main("workbench.simsd.cli"), "models": _module_main("workbench.model.named"),
             "leaderboard": _module_main("workbench.leaderboard.run")}
 
 

@@ -1,0 +1,204 @@
+"""SimSD decoding (simsd.txt §3.2): a small diffusion drafter drafts a block in its own order, the diffusion
+target verifies all γ = B drafted tokens in one forward with the temporal layout of §3.1, and finishes the
+block itself after a rejection.
+
+Per block of B positions (batch size 1, as the paper; the target's KV cache holds the prefix):
+
+1. **Draft.** The drafter (:class:`~workbench.deer.block_drafter.BlockDrafter`) decodes the block from all masks
+   in B steps, fixing its most confident position each step: the draft-induced order o_1..o_B and its
+   distribution p_φ^(r) at each step.
+2. **Verify** (one target forward). Input ``[D | D̃]`` after the cached prefix with the temporal mask of Eq. 1
+   (τ = draft step) and RoPE-copied positions (:mod:`workbench.simsd.layout`); the logits at slot D̃_{o_r} give
+   p_θ^(r).
+3. **Accept** along the draft order, Eq. 2: at temperature 0, D̂_{o_r} is accepted iff it is p_θ^(r)'s argmax;
+   at T > 0 with probability min(1, p_θ^(r) / p_φ^(r)), a rejection drawing from the residual
+   (p_θ − p_φ)₊ (the correction that keeps the target's distribution, §3.2 "Training-free deployment").
+   At the first rejection the target's token is placed at o_r and the rest of the draft is dropped.
+4. **Finish.** Fewer than γ positions remain, so the target completes the block by its own decoding: one
+   position per forward, its most confident one (the serial target, SimSD's "vanilla" with steps = length).
+5. **Commit.** One causal forward appends the block to the target's KV cache (``extra_forwards``, as in every
+   block-diffusion decoder here); the drafter reads it at its next draft.
+
+Counts per row: ``forwards`` = target denoising forwards (verify + finishing steps), ``extra_forwards`` = the
+per-block KV-commit forwards, :attr:`SimSDResult.drafter_forwards` = drafter forwards.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..decoding.base import DecodeError, DecodeResult, autocast_for, check_lengths
+from ..deer.block_drafter import BlockDrafter
+from ..model.gated_lora import lora_positions
+from ..model.masks import to_additive
+from .layout import paired_positions, physical_positions, temporal_allowed
+
+
+@dataclass
+class SimSDResult(DecodeResult):
+    """:class:`~workbench.decoding.base.DecodeResult` plus SimSD's bookkeeping (per row).
+
+    Attributes:
+        accepted: drafted tokens accepted per block (0..γ). drafter_forwards: drafter forwards.
+        drafter_params, target_params: parameter counts (for the cost model of Eq. 3).
+    """
+
+    accepted: list[list[int]] = field(default_factory=list)
+    drafter_forwards: list[int] = field(default_factory=list)
+    drafter_params: int = 0
+    target_params: int = 0
+
+
+def verify_logits(target, cache, prefix_len: int, draft: torch.Tensor, steps: torch.Tensor,
+                  rope_copy: bool = True) -> torch.Tensor:
+    """The target's logits at the mask slots D̃ of the SimSD layout, in one forward (the cache is unchanged).
+
+    Args:
+        target: a TriModeLM with a mask token (diffusion target). cache: its KV cache of ``prefix_len`` tokens.
+        draft: ``(B,)`` drafted ids at the block positions. steps: ``(B,)`` their temporal labels (draft steps).
+        rope_copy: D̃_k reuses D_k's position id (Eq. of §3.1); False: physical positions (Table 4 ablation).
+
+    Returns ``(B, V)`` float32: row k scores block position k under the context of its draft step.
+    """
+    b, dev = draft.shape[0], draft.device
+    ids = torch.cat([draft, torch.full((b,), target.mask_token_id, dtype=torch.long, device=dev)])[None]
+    pos = (paired_positions if rope_copy else physical_positions)(prefix_len, b, dev)[None]
+    mask = to_additive(temporal_allowed(steps, prefix_len)[None], target.mask_dtype)
+    with lora_positions(target, True):                   # gated LoRA: the block is the noisy stream
+        logits = target.forward_backbone(ids, pos, mask, cache)
+    cache.crop(-2 * b)
+    return logits[0, b:].float()
+
+
+def _finish_serial(target, cache, prefix_len: int, block: torch.Tensor, undecided: torch.Tensor,
+                   temperature: float, g: torch.Generator) -> list[int]:
+    """The target completes ``block`` in place, one position per forward (its most confident); returns the
+    token committed by each forward."""
+    done = []
+    key_valid = torch.ones((1, prefix_len + block.shape[0]), dtype=torch.bool, device=block.device)
+    while undecided.any():
+        logits = target.diffusion_logits(block[None], cache, key_valid)[0].float()
+        logits[:, target.mask_token_id] = float("-inf")
+        probs = torch.softmax(logits, -1)
+        conf = torch.where(undecided, probs.max(-1).values, torch.full_like(probs[:, 0], -1.0))
+        k = int(conf.argmax())
+        if temperature > 0:
+            p = torch.softmax(logits[k] / temperature, -1)
+            block[k] = torch.multinomial(p, 1, generator=g)[0]
+        else:
+            block[k] = probs[k].argmax()
+        undecided[k] = False
+        done.append(int(block[k]))
+    return done
+
+
+@torch.no_grad()
+def simsd_decode(target, drafter, prompts: list[list[int]], gen_len: int, block_length: int = 8,
+                 temperature: float = 0.0, drafter_kind: str = "trimode", sep_id: int | None = None,
+                 real_continuation: list[list[int]] | None = None, precision: str = "fp32", seed: int = 0,
+                 rope_copy: bool = True) -> SimSDResult:
+    """Generate ``gen_len`` tokens per prompt with SimSD, γ = B = ``block_length``.
+
+    Args:
+        target: the diffusion target (TriModeLM with a mask token). drafter: a smaller diffusion drafter of the
+            same tokenizer (``drafter_kind`` 'trimode' or 'deer'; ``sep_id`` for a DEER drafter).
+        prompts: token-id lists. gen_len: a multiple of ``block_length``.
+        temperature: 0 → greedy acceptance; > 0 → Eq. 2 with residual resampling.
+        real_continuation: real-context mode: the KV commit appends the real block (both models).
+        precision: 'fp32' or 'bf16'. seed: RNG seed. rope_copy: False for the RoPE-alignment ablation.
+
+    Returns :class:`SimSDResult`. Raises :class:`~workbench.decoding.base.DecodeError` for bad lengths or a
+    vocabulary-size mismatch.
+    """
+    check_lengths(target, prompts, gen_len, block_length)
+    vt = target.backbone.get_output_embeddings().out_features
+    vd = drafter.backbone.get_output_embeddings().out_features
+    if vt != vd:
+        raise DecodeError(f"drafter and target vocabularies differ ({vd} vs {vt} logits); SimSD needs one tokenizer")
+    dev, b = target.device, block_length
+    g = torch.Generator(device=dev).manual_seed(seed)
+    n0 = len(prompts)
+    res = SimSDResult(tokens=[[] for _ in range(n0)], forwards=[0] * n0, extra_forwards=[0] * n0,
+                      committed_per_step=[[] for _ in range(n0)], step_tokens=[[] for _ in range(n0)],
+                      accepted=[[] for _ in range(n0)], drafter_forwards=[0] * n0,
+                      drafter_params=sum(p.numel() for p in drafter.backbone.parameters()),
+                      target_params=sum(p.numel() for p in target.backbone.parameters()))
+    t0 = time.perf_counter()
+    with autocast_for(dev, precision):
+        for row, prompt in enumerate(prompts):
+            real = real_continuation[row] if real_continuation is not None else None
+            _decode_one(target, BlockDrafter(drafter, drafter_kind, sep_id), list(prompt), gen_len, b,
+                        temperature, real, g, res, row, rope_copy)
+    res.wall_time = time.perf_counter() - t0
+    return res
+
+
+def _decode_one(target, drafter: BlockDrafter, prompt: list[int], gen_len: int, b: int, temperature: float,
+                real: list[int] | None, g: torch.Generator, res: SimSDResult, row: int, rope_copy: bool) -> None:
+    dev = target.device
+    cache = target.new_cache()
+    target.extend(torch.tensor([prompt], device=dev), cache, torch.ones((1, len(prompt)), dtype=torch.bool,
+                                                                         device=dev))
+    context = list(prompt)
+    for start in range(0, gen_len, b):
+        calls = drafter.calls
+        logp = drafter.propose(context, b, steps=b)                 # (B, V), one position fixed per step
+        res.drafter_forwards[row] += drafter.calls - calls
+        steps = drafter.last_order.to(dev)
+        draft = logp.argmax(-1).to(dev)
+        if temperature > 0:
+            q = torch.softmax(logp / temperature, -1)
+            draft = torch.multinomial(q, 1, generator=g)[:, 0]
+        p_len = len(context)
+        v = verify_logits(target, cache, p_len, draft, steps, rope_copy)
+        v[:, target.mask_token_id] = float("-inf")
+        res.forwards[row] += 1
+        block = torch.full((b,), target.mask_token_id, dtype=torch.long, device=dev)
+        undecided = torch.ones(b, dtype=torch.bool, device=dev)
+        accepted = 0
+        for k in steps.argsort().tolist():                           # along the draft order o_1..o_B
+            tok = int(draft[k])
+            if temperature > 0:
+                p = torch.softmax(v[k] / temperature, -1)
+                ok = bool(torch.rand((), generator=g, device=dev) < torch.clamp(p[tok] / q[k, tok], max=1.0))
+                if not ok:
+                    resid = torch.clamp(p - q[k], min=0)
+                    resid = resid / resid.sum() if resid.sum() > 0 else p
+                    tok = int(torch.multinomial(resid, 1, generator=g)[0])
+            else:
+                ok = tok == int(v[k].argmax())
+                if not ok:
+                    tok = int(v[k].argmax())
+            block[k] = tok
+            undecided[k] = False
+            if not ok:
+                break
+            accepted += 1
+        res.accepted[row].append(accepted)
+        res.committed_per_step[row].append(accepted + (accepted < b))
+        res.step_tokens[row].append([int(t) for t, u in zip(block.tolist(), undecided.tolist()) if not u])
+        finished = _finish_serial(target, cache, p_len, block, undecided, temperature, g)
+        res.forwards[row] += len(finished)
+        res.committed_per_step[row] += [1] * len(finished)
+        res.step_tokens[row] += [[t] for t in finished]
+        committed = torch.tensor(real[start:start + b], device=dev) if real is not None else block
+        target.extend(committed[None], cache, torch.ones((1, p_len + b), dtype=torch.bool, device=dev))
+        res.extra_forwards[row] += 1
+        res.tokens[row] += block.tolist()
+        context += committed.tolist()
+
+
+def warn_if_larger(drafter, target) -> bool:
+    """Warn (``UserWarning``, naming both sizes) when the drafter has more parameters than its target, which
+    defeats speculative decoding (simsd.txt §4.1 pairs a 1.7 B drafter with an 8 B target). Returns True then."""
+    import warnings
+
+    pd = sum(p.numel() for p in drafter.backbone.parameters())
+    pt = sum(p.numel() for p in target.backbone.parameters())
+    if pd > pt:
+        warnings.warn(f"the SimSD drafter ({pd / 1e6:.1f} M parameters) is larger than its target ({pt / 1e6:.1f} M);"
+                      " speculation pays only with a smaller drafter", stacklevel=2)
+        return True
+    return False

@@ -1,0 +1,34 @@
+"""Registers SimSD (simsd.txt §3.2) in :mod:`workbench.decoding.registry`: the model is the diffusion target,
+the ``drafter`` artefact a smaller diffusion drafter of its tokenizer (a DEER drafter)."""
+from ..decoding.registry import DecoderSpec, register_decoder
+
+
+def _simsd(model, prompts, gen_len, drafter=None, **kw):
+    from ..decoding.base import DecodeError
+    from .decode import simsd_decode
+
+    if drafter is None:
+        raise DecodeError("the simsd policy needs drafter=<a small diffusion drafter of the target's tokenizer>")
+    kw.pop("threshold", None)
+    return simsd_decode(model, drafter, prompts, gen_len, block_length=int(kw.get("block_length") or 8),
+                        temperature=kw.get("temperature", 0.0), drafter_kind="deer",
+                        sep_id=getattr(drafter, "sep_token_id", None), real_continuation=kw.get("real_continuation"),
+                        precision=kw.get("precision", "fp32"), seed=kw.get("seed", 0))
+
+
+def _load(path, model, tokenizer):
+    from ..deer.models import load_drafter
+    from .decode import warn_if_larger
+
+    drafter = load_drafter(path, model, tokenizer)
+    warn_if_larger(drafter, model)
+    return drafter
+
+
+register_decoder(DecoderSpec("simsd", _simsd, family="diffusion", sweep="block_length", block_commits=True,
+                             ceiling="serial", needs="drafter", load=_load,
+                             needs_hint="workbench train deer --stage 1 (then --stage 2)",
+                             # B drafter forwards of the drafter's share; one verify of 2B tokens + finishing steps
+                             cost=lambda b, ratio: (float(2 * b), float(b)),
+                             description="SimSD: a small diffusion drafter drafts the block in its own order, the "
+                             "diffusion target verifies it in one forward (temporal causal mask), then finishes it"))
