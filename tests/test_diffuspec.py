@@ -44,8 +44,8 @@ def test_arpa_through_kenlm_equals_nltk(tmp_path):
     seqs = _random_sequences(seed=2)
     lm = nltk_lm.KneserNeyInterpolated(3, discount=0.5)
     lm.fit([list(everygrams([str(t) for t in s], max_len=3)) for s in seqs], [str(t) for s in seqs for t in s])
-    write_arpa(kneser_ney(seqs, 0.5), tmp_path / "x.arpa", 0.0)
-    km = kenlm.Model(str(tmp_path / "x.arpa"))
+    write_arpa(kneser_ney(seqs, 0.5), tmp_path / "x.arpa.gz", 0.0)
+    km = kenlm.Model(str(tmp_path / "x.arpa.gz"))
     worst, n = 0.0, 0
     for a in range(12):
         for b in range(12):

@@ -23,6 +23,8 @@ def builtin_model_path(name: str) -> Path:
 
 ARTEFACT_KINDS = {"sampler": "sampler", "drafter": "deer-drafter", "proxy": "proxy"}
 """Artefacts a shipped model may come with: option name -> folder suffix (``workbench/assets/<model>-<suffix>``)."""
+ADAPTER_SUFFIXES = ("-trimode", "-idlm")
+"""Named adapter models ``<base><suffix>``: without an artefact of their own they use the base's."""
 
 
 def shipped_artefact(model: str, kind: str) -> Path | None:
@@ -38,5 +40,9 @@ def shipped_artefact(model: str, kind: str) -> Path | None:
     name = model.removeprefix("builtin:")
     if "/" in name or not name:
         return None
-    p = ASSETS / f"{name}-{ARTEFACT_KINDS[kind]}"
-    return p if p.is_dir() else None
+    names = [name] + [name.removesuffix(s) for s in ADAPTER_SUFFIXES if name.endswith(s)]
+    for n in names:               # a gated adapter model uses its base's artefacts (same tokenizer, same AR mode)
+        p = ASSETS / f"{n}-{ARTEFACT_KINDS[kind]}"
+        if p.is_dir():
+            return p
+    return None

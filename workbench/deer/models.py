@@ -130,9 +130,18 @@ def load_drafter(path: str, target: TriModeLM, target_tok: PreTrainedTokenizerBa
     Raises :class:`TokenizerMismatchError` for another tokenizer or vocabulary size and
     :class:`~workbench.model.io.CheckpointError` for a bad path or a drafter of other base weights."""
     from ..model.io import load_checkpoint
-    from .shared import is_shared_drafter, load_drafter_for
+    from .shared import is_shared_drafter, load_drafter_for, load_standalone
 
-    if is_shared_drafter(path):
+    if is_shared_drafter(path) and target.gated:
+        # a gated tri-mode target (e.g. smollm2-135m-trimode) is not the drafter's base: load that base apart
+        drafter, tok = load_standalone(path, target.device)
+        for name in ("mask_token_id",):
+            if getattr(tok, name) != getattr(target_tok, name):
+                raise TokenizerMismatchError(f"drafter and target tokenizers differ: {name} is "
+                                             f"{getattr(target_tok, name)} in the target and {getattr(tok, name)} "
+                                             "in the drafter")
+        target_tok.sep_token = tok.sep_token
+    elif is_shared_drafter(path):
         drafter = load_drafter_for(path, target, target_tok)
     else:
         drafter, tok, _ = load_checkpoint(path, device=target.device)

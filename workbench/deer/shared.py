@@ -214,5 +214,24 @@ def load_drafter_for(path: str | Path, target: TriModeLM, tok: PreTrainedTokeniz
     return drafter
 
 
-__all__ = ["load_drafter_for", "SHARED_FORMAT", "is_shared_drafter", "prepare_target", "drafter_from_target", "save_shared_drafter",
+def load_standalone(path: str | Path, device=None) -> tuple[TriModeLM, PreTrainedTokenizerBase]:
+    """Load the shared-base drafter in ``path`` on its own copy of the base it was trained on (the ``target``
+    recorded in its ``workbench.json``), for a target that is not that base itself, e.g. the gated tri-mode
+    conversion of the same base (whose AR mode is the base exactly). Only the drafter's layers and the base's
+    embedding and head stay in memory. Returns ``(drafter, the prepared base tokenizer)``.
+
+    Raises :class:`~workbench.model.io.CheckpointError` when the record names no base or the base's weights
+    differ from those the drafter was trained on."""
+    from .models import load_target
+
+    meta = json.loads((Path(path) / META).read_text())
+    base = meta.get("target")
+    if not base:
+        raise CheckpointError(f"the DEER drafter in {path} does not record its base model ('target'); load it "
+                              "with that base as the target")
+    target, tok = load_target(str(base), device or "cpu")
+    return load_drafter_for(path, target, tok), tok
+
+
+__all__ = ["load_drafter_for", "load_standalone", "SHARED_FORMAT", "is_shared_drafter", "prepare_target", "drafter_from_target", "save_shared_drafter",
            "load_shared_drafter"]

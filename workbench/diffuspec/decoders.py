@@ -37,7 +37,11 @@ def _load_proxy(path, model, tokenizer):
 
 
 def _cost(k, _ratio):
-    # one drafter forward over k masks after a causal forward of the verified tokens, one verify of k + 1
+    """FLOPs of a drafter forward (k masks) and a verify forward (k + 1 tokens), in one-token target forwards;
+    for the ADL rows (no swept k) at the default k_max: an upper bound."""
+    from .decode import DiffuSpecConfig
+
+    k = k or DiffuSpecConfig().k_max
     return float(k + 1), float(k + 1)
 
 

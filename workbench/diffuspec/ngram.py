@@ -24,11 +24,12 @@ exactly for unseen continuations. Words are token ids written as decimal strings
 uniform distribution over the tokenizer's vocabulary with weight ``epsilon`` (default 1e-6), so every token
 (one unseen in training maps to kenlm's ``<unk>``) gets a finite score; ``epsilon = 0`` is nltk's model.
 
-Files of a proxy directory: ``proxy.arpa`` and ``proxy.json`` (order, discount, epsilon, training tokens,
+Files of a proxy directory: ``proxy.arpa.gz`` (gzip-compressed ARPA, which kenlm reads directly) and ``proxy.json`` (order, discount, epsilon, training tokens,
 vocabulary size and the tokenizer's vocabulary fingerprint, which :func:`load_proxy` checks).
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -38,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-ARPA = "proxy.arpa"
+ARPA = "proxy.arpa.gz"
 META = "proxy.json"
 BUILD_HINT = "workbench diffuspec proxy --model <target> --out_dir <dir>"
 _LOG10_ZERO = -99.0
@@ -218,7 +219,7 @@ def _log10(p: np.ndarray) -> np.ndarray:
 
 
 def write_arpa(model: KneserNeyModel, path: str | os.PathLike, unk_prob: float) -> None:
-    """Write ``model`` as an ARPA file (log10 probabilities, γ as back-off weights) with ``<s>``, ``</s>``
+    """Write ``model`` as a gzip-compressed ARPA file (log10 probabilities, γ as back-off weights) with ``<s>``, ``</s>``
     and ``<unk>`` entries (``<s>``/``</s>`` never occur: sequences are scored from a null context)."""
     lines1 = [f"{_LOG10_ZERO:.6f}\t<s>", f"{_LOG10_ZERO:.6f}\t</s>",
               f"{math.log10(unk_prob) if unk_prob > 0 else _LOG10_ZERO:.6f}\t<unk>"]
@@ -230,7 +231,7 @@ def write_arpa(model: KneserNeyModel, path: str | os.PathLike, unk_prob: float) 
               for (b, w), p, g in zip(model.bi.tolist(), lp2.tolist(), model.bi_gamma.tolist())]
     lp3 = _log10(model.tri_p)
     lines3 = [f"{p:.6f}\t{a} {b} {w}" for (a, b, w), p in zip(model.tri.tolist(), lp3.tolist())]
-    with open(path, "w") as f:
+    with gzip.open(path, "wt", compresslevel=6) as f:
         f.write(f"\\data\\\nngram 1={len(lines1)}\nngram 2={len(lines2)}\nngram 3={len(lines3)}\n\n")
         for n, lines in ((1, lines1), (2, lines2), (3, lines3)):
             f.write(f"\\{n}-grams:\n")
