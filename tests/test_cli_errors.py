@@ -216,10 +216,11 @@ def _in_process_error(capsys, *argv) -> str:
 @pytest.mark.parametrize("args, needle", [
     (["--device", "foo"], "unknown device"),
     (["--policy", "ar_sample", "--temperature", "-1"], "temperature > 0"),
-    (["--policy", "sampler"], "cannot run the sampler policy"),
-    (["--policy", "deer"], "cannot run the deer policy"),
+    (["--policy", "sampler"], "the sampler policy needs --sampler <path>"),
+    (["--policy", "deer"], "the deer policy needs --drafter <path>"),
+    (["--policy", "diffuspec"], "the diffuspec policy needs --proxy <path>"),
     (["--prompt", "@/nonexistent/prompt.py"], "does not exist or is not a file"),
-], ids=["device", "negative_temperature", "sampler_policy", "deer_policy", "prompt_file"])
+], ids=["device", "negative_temperature", "sampler_policy", "deer_policy", "diffuspec_policy", "prompt_file"])
 def test_decode_bad_options(capsys, micro_checkpoint, args, needle):
     line = _in_process_error(capsys, "decode", "--model", micro_checkpoint, "--gen_len", "8", "--block_length", "4",
                              *args)

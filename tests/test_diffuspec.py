@@ -175,3 +175,32 @@ def test_diffuspec_bad_settings_are_one_line():
                      (dict(lam=2.0), "lambda")):
         with pytest.raises(DecodeError, match=msg):
             diffuspec_decode(None, None, [[1]], 4, DiffuSpecConfig(**bad))
+
+
+def test_leaderboard_rows_for_diffuspec_and_simsd(tmp_path):
+    """The new decoders plug into the leaderboard from their shipped artefacts (tiny's proxy and drafter):
+    DiffuSpec's rows are lossless at T = 0, SimSD's row is compared with the serial target."""
+    from workbench.leaderboard.config import LeaderboardConfig
+    from workbench.leaderboard.run import run_leaderboard
+
+    cfg = LeaderboardConfig(model="tiny", decoders=["diffuspec", "diffuspec_argmax", "simsd"], n_prompts=2,
+                            gen_len=16, block_lengths=[8], thresholds=[0.9], sol=False, out_dir=str(tmp_path / "lb"),
+                            progress_bar=False)
+    df, _ = run_leaderboard(cfg)
+    ok = df[df["status"] == "ok"]
+    assert {"diffuspec", "diffuspec_argmax", "simsd"} <= set(ok["decoder"])
+    assert ok[ok["decoder"].str.startswith("diffuspec")]["lossless"].all()
+    simsd = ok[ok["decoder"] == "simsd"]
+    assert set(simsd["mode"]) == {"real", "free"} and simsd["agree_serial"].notna().all()
+
+
+def test_cli_bad_input_is_one_line(tmp_path):
+    from conftest import run_cli
+
+    r = run_cli("diffuspec", "eval", "--model", "tiny", "--k_min", "9", "--k_max", "3", "--out_dir", str(tmp_path / "a"))
+    assert r.returncode != 0 and "k_min (9) must not exceed k_max (3)" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run_cli("diffuspec", "eval", "--model", "tiny", "--proxy", str(tmp_path / "none"), "--out_dir", str(tmp_path / "b"))
+    assert r.returncode != 0 and "workbench diffuspec proxy" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run_cli("diffuspec", "eval", "--model", "tiny", "--beam", "0", "--out_dir", str(tmp_path / "c"))
+    assert r.returncode != 0 and "beam width must be >= 1" in r.stderr
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

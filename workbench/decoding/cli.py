@@ -30,11 +30,12 @@ class DecodeConfig:
     """'cpu', 'cuda' or 'auto'."""
     add_mask_token: bool = False
     """Add a [MASK] token (and resize the embeddings) when the checkpoint's tokenizer has none."""
-
-
-#: Policies that need a trained component ``decode`` does not load, and where to run them instead.
-NEEDS_MORE = {"sampler": "it needs a trained sampler; use workbench sweep --policy sampler --sampler <dir>",
-              "deer": "it needs a DEER drafter; use workbench deer eval --drafter <dir>"}
+    drafter: str | None = None
+    """Drafter of the deer and simsd policies (default: the one shipped for --model)."""
+    sampler: str | None = None
+    """Trained sampler of the sampler policy (default: the one shipped for --model)."""
+    proxy: str | None = None
+    """n-gram proxy of the diffuspec policies with CPS (default: the one shipped for --model)."""
 
 
 def _read_prompt(prompt: str) -> str:
@@ -50,6 +51,22 @@ def _read_prompt(prompt: str) -> str:
         raise ValueError(f"prompt file {path} is not UTF-8 text") from None
 
 
+def _artefact(cfg: DecodeConfig, model, tok):
+    """``(option name, loaded artefact)`` for a policy that needs one (the given path or the one shipped for the
+    model), or None. Raises ``ValueError`` naming the command that makes a missing one."""
+    from ..assets import shipped_artefact
+    from .registry import get_decoder
+
+    spec = get_decoder(cfg.policy)
+    if spec.needs is None:
+        return None
+    path = getattr(cfg, spec.needs, None) or shipped_artefact(cfg.model, spec.needs)
+    if not path or not Path(path).exists():
+        raise ValueError(f"the {cfg.policy} policy needs --{spec.needs} <path> (none given or shipped for "
+                         f"{cfg.model}); make one with `{spec.needs_hint}`")
+    return spec.needs, spec.load(str(path), model, tok)
+
+
 def main(argv: list[str]) -> int:
     from ..cli_args import parse_dataclass
     from ..model.load import load_model, resolve_device
@@ -58,10 +75,9 @@ def main(argv: list[str]) -> int:
 
     cfg = parse_dataclass("workbench decode", DecodeConfig, argv)
     fn = get_policy(cfg.policy)
-    if cfg.policy in NEEDS_MORE:
-        raise ValueError(f"workbench decode cannot run the {cfg.policy} policy: {NEEDS_MORE[cfg.policy]}")
     text = _read_prompt(cfg.prompt)
     model, tok, _ = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
+    artefact = _artefact(cfg, model, tok)
     ids = bos_prefix(tok) + tok(text, add_special_tokens=False)["input_ids"]   # the tokenizer's BOS convention
     kw = dict(block_length=cfg.block_length, precision=cfg.precision, pad_id=tok.pad_token_id or 0,
               eos_id=tok.eos_token_id)
@@ -69,6 +85,8 @@ def main(argv: list[str]) -> int:
         kw["threshold"] = cfg.threshold
     if cfg.policy == "ar_sample":
         kw["temperature"] = cfg.temperature
+    if artefact is not None:
+        kw[artefact[0]] = artefact[1]
     res = fn(model, [ids], cfg.gen_len, **kw)
     print(text + tok.decode(res.tokens[0]))
     print(f"--- {cfg.policy}: {len(res.tokens[0])} tokens, {res.forwards[0]} forwards (+{res.extra_forwards[0]} KV-commit), "

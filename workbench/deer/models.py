@@ -154,7 +154,6 @@ def load_drafter(path: str, target: TriModeLM, target_tok: PreTrainedTokenizerBa
 def check_vocab_sizes(target: TriModeLM, drafter: TriModeLM) -> None:
     """Raise :class:`TokenizerMismatchError` if the two models' output vocabularies differ in size
     (draft distributions ``q`` and target distributions ``p`` must live on the same ids, Eq. 5)."""
-    vt = target.backbone.get_output_embeddings().out_features
-    vd = drafter.backbone.get_output_embeddings().out_features
+    vt, vd = target.vocab_size, drafter.vocab_size
     if vt != vd:
         raise TokenizerMismatchError(f"drafter vocabulary ({vd} logits) differs from the target's ({vt} logits)")

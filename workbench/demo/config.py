@@ -94,6 +94,8 @@ class DemoConfig:
     """Run the leaderboard (every registered decoder against the SOL ceilings): the report's headline table."""
     leaderboard_prompts: int = 8
     """Held-out prompts of the leaderboard stage."""
+    leaderboard_decoders: list[str] | None = None
+    """Decoders of the leaderboard stage (default: every registered one; the references always run)."""
     leaderboard_gen_len: int = 64
     """Tokens per prompt in the leaderboard stage (a multiple of every leaderboard block length)."""
     leaderboard_block_lengths: list[int] = field(default_factory=lambda: [4, 8, 16])
@@ -169,5 +171,6 @@ def leaderboard_config(cfg: DemoConfig, model_spec, out_dir: str, sampler: str |
                              prompt_len=cfg.prompt_len, gen_len=cfg.leaderboard_gen_len,
                              block_lengths=list(cfg.leaderboard_block_lengths), thresholds=list(cfg.leaderboard_thresholds),
                              modes=list(cfg.modes), sampler=sampler, drafter=drafter, adapter=adapter,
+                             decoders=list(cfg.leaderboard_decoders or []),
                              skip_missing=True, precision=cfg.leaderboard_precision, batch_size=cfg.batch_size,
                              device=cfg.device, out_dir=out_dir, progress_bar=cfg.progress_bar)

@@ -144,8 +144,7 @@ def diffuspec_decode(target, drafter, prompts: list[list[int]], gen_len: int, cf
         raise DecodeError(str(e)) from None
     if temperature < 0:
         raise DecodeError(f"temperature must be >= 0, got {temperature}")
-    vt = target.backbone.get_output_embeddings().out_features
-    vd = drafter.backbone.get_output_embeddings().out_features
+    vt, vd = target.vocab_size, drafter.vocab_size
     if vt != vd:
         raise DecodeError(f"drafter and target vocabularies differ ({vd} vs {vt} logits); use a drafter of the "
                           "target's tokenizer")

@@ -88,6 +88,14 @@ class TriModeLM(nn.Module):
         self._mask_token_id, self.hide_mask_logit = int(mask_token_id), True
 
     @property
+    def vocab_size(self) -> int:
+        """Width of the logits (rows of the output embedding; works through peft wrappers)."""
+        out = self.backbone.get_output_embeddings()
+        if out is not None and getattr(out, "weight", None) is not None:
+            return int(out.weight.shape[0])
+        return int(self.backbone.config.vocab_size)
+
+    @property
     def has_mask_token(self) -> bool:
         return self._mask_token_id is not None
 

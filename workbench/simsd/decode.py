@@ -113,8 +113,7 @@ def simsd_decode(target, drafter, prompts: list[list[int]], gen_len: int, block_
     vocabulary-size mismatch.
     """
     check_lengths(target, prompts, gen_len, block_length)
-    vt = target.backbone.get_output_embeddings().out_features
-    vd = drafter.backbone.get_output_embeddings().out_features
+    vt, vd = target.vocab_size, drafter.vocab_size
     if vt != vd:
         raise DecodeError(f"drafter and target vocabularies differ ({vd} vs {vt} logits); SimSD needs one tokenizer")
     dev, b = target.device, block_length
