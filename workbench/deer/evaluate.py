@@ -47,8 +47,9 @@ class DeerEvalConfig:
 
     target: str = "builtin:tiny"
     """AR target: 'builtin:tiny' or a checkpoint directory."""
-    drafter: str = "runs/deer/stage2/drafter"
-    """Main DEER drafter (normally Stage I+II)."""
+    drafter: str | None = None
+    """Main DEER drafter (normally Stage I+II; default: the one shipped for --target, e.g.
+    workbench/assets/smollm2-135m-deer-drafter)."""
     stage1_drafter: str | None = None
     """Stage-I-only drafter for the Stage I vs Stage I+II table (DEER Table 3)."""
     alpha_runs: list[str] = field(default_factory=list)
@@ -156,7 +157,13 @@ def _last(curves: pd.DataFrame, col: str) -> float:
 
 def _drafters(cfg: DeerEvalConfig) -> tuple[dict[str, str], dict[str, tuple[float, pd.DataFrame]]]:
     """Method name -> drafter directory of every drafter to decode with, and the α-sweep runs' curves."""
-    drafters = {"deer": cfg.drafter}
+    from ..assets import shipped_artefact
+
+    main = cfg.drafter or shipped_artefact(cfg.target, "drafter")
+    if main is None:
+        raise ValueError(f"no DEER drafter given or shipped for {cfg.target}; pass --drafter <dir> (make one with "
+                         "`workbench train deer --stage 1`, then --stage 2)")
+    drafters = {"deer": str(main)}
     if cfg.stage1_drafter:
         drafters["deer_stage1"] = cfg.stage1_drafter
     drafters.update(cfg.extra_drafters)
