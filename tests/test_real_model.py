@@ -62,6 +62,33 @@ def test_r_isd_on_the_shipped_idlm_adapter_is_lossless(smollm2):
         assert get_policy("isd")(idlm, prompts, 32, draft_length=n).tokens == want
 
 
+def test_diffusion_drafters_on_smollm2_are_lossless(smollm2):
+    """Issue 29: DEER with the shipped SmolLM2 drafter (on SmolLM2 itself and beside the gated tri-mode model) and
+    DiffuSpec (CPS + ADL with the shipped proxy; the tri-mode model's diffusion mode and the DEER drafter as
+    drafters) equal SmolLM2's AR greedy at temperature 0; SimSD runs with the tri-mode model as target."""
+    from workbench.assets import shipped_artefact
+    from workbench.decoding import get_policy
+    from workbench.deer.models import load_drafter, load_target
+    from workbench.diffuspec.decode import DiffuSpecConfig, diffuspec_decode
+    from workbench.diffuspec.ngram import load_proxy
+    from workbench.simsd.decode import simsd_decode
+
+    tri, prompts, want = _adapter_and_base_greedy(smollm2, "smollm2-135m-trimode", "nld")
+    path = str(shipped_artefact("smollm2-135m", "drafter"))
+    target, tok = load_target("smollm2-135m")
+    drafter = load_drafter(path, target, tok)
+    assert get_policy("deer")(target, prompts, 32, drafter=drafter, draft_length=8,
+                              sep_id=drafter.sep_token_id).tokens == want
+    beside = load_drafter(path, tri, tok)                       # a gated target: the drafter loads on its own base
+    proxy = load_proxy(shipped_artefact("smollm2-135m-trimode", "proxy"), tok)
+    for d, kind in ((tri, "trimode"), (beside, "deer")):
+        res = diffuspec_decode(tri, d, prompts, 32, DiffuSpecConfig(), proxy=proxy, drafter_kind=kind,
+                               sep_id=getattr(d, "sep_token_id", None))
+        assert res.tokens == want, kind
+    res = simsd_decode(tri, beside, prompts, 32, block_length=8, drafter_kind="deer", sep_id=beside.sep_token_id)
+    assert all(len(t) == 32 for t in res.tokens) and all(len(a) == 4 for a in res.accepted)
+
+
 def test_commands_run_on_the_real_model(tmp_path):
     env = {"OMP_NUM_THREADS": "2"}
     r = run_cli("leaderboard", "--model", "smollm2-135m-trimode", "--n_prompts", "2", "--gen_len", "16",

@@ -53,6 +53,8 @@ class DecoderSpec:
         lora_drafter: the decoder drafts with a LoRA drafter adapter (``workbench train lora``) and verifies with
             the adapter off, so it stays lossless with one (self-speculation, NLD §3.3); the leaderboard gives it
             a second row with ``--adapter``. Decoders whose verifier would run with the adapter (ISD) leave it off.
+        ablation: the decoder is an ablation of another (a component switched off); the demo's leaderboard
+            leaves it out unless asked (``--leaderboard_ablations true``), ``workbench leaderboard`` runs it.
         description: one line for listings.
     """
 
@@ -71,6 +73,7 @@ class DecoderSpec:
     cost: Callable[[int, float], tuple[float, float]] | None = None
     load: Callable | None = None
     lora_drafter: bool = False
+    ablation: bool = False
     description: str = ""
 
     def __post_init__(self):

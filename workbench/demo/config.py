@@ -95,7 +95,10 @@ class DemoConfig:
     leaderboard_prompts: int = 8
     """Held-out prompts of the leaderboard stage."""
     leaderboard_decoders: list[str] | None = None
-    """Decoders of the leaderboard stage (default: every registered one; the references always run)."""
+    """Decoders of the leaderboard stage (default: every registered one but the ablations; the references always
+    run)."""
+    leaderboard_ablations: bool = False
+    """Also run the registered ablations (e.g. diffuspec_cps, diffuspec_adl) when leaderboard_decoders is not set."""
     leaderboard_gen_len: int = 64
     """Tokens per prompt in the leaderboard stage (a multiple of every leaderboard block length)."""
     leaderboard_block_lengths: list[int] = field(default_factory=lambda: [4, 8, 16])
@@ -162,6 +165,14 @@ def sol_config(cfg: DemoConfig, out_dir: str, adapter: str | None = None):
                      precision=cfg.precision, progress_bar=cfg.progress_bar, adapter=adapter)
 
 
+def _default_decoders(cfg: DemoConfig) -> list[str]:
+    """Every registered decoder, without the ablations unless ``cfg.leaderboard_ablations``."""
+    from ..decoding.registry import DECODERS, load_decoders
+
+    load_decoders()
+    return sorted(n for n, spec in DECODERS.items() if cfg.leaderboard_ablations or not spec.ablation)
+
+
 def leaderboard_config(cfg: DemoConfig, model_spec, out_dir: str, sampler: str | None = None,
                        drafter: str | None = None, adapter: str | None = None):
     """The leaderboard stage's :class:`~workbench.leaderboard.config.LeaderboardConfig`, writing ``out_dir``."""
@@ -171,6 +182,6 @@ def leaderboard_config(cfg: DemoConfig, model_spec, out_dir: str, sampler: str |
                              prompt_len=cfg.prompt_len, gen_len=cfg.leaderboard_gen_len,
                              block_lengths=list(cfg.leaderboard_block_lengths), thresholds=list(cfg.leaderboard_thresholds),
                              modes=list(cfg.modes), sampler=sampler, drafter=drafter, adapter=adapter,
-                             decoders=list(cfg.leaderboard_decoders or []),
+                             decoders=list(cfg.leaderboard_decoders or _default_decoders(cfg)),
                              skip_missing=True, precision=cfg.leaderboard_precision, batch_size=cfg.batch_size,
                              device=cfg.device, out_dir=out_dir, progress_bar=cfg.progress_bar)

@@ -55,4 +55,4 @@ for _name, _cps, _adl, _desc in (
                                  sweep="none" if _adl else "draft_length", lossless=True, ceiling="ar_greedy",
                                  needs="proxy" if _cps else None, needs_hint=PROXY_HINT if _cps else None,
                                  load=_load_proxy if _cps else None, target_forwards="both", real_context=False,
-                                 cost=_cost, description=_desc))
+                                 cost=_cost, ablation=_name in ("diffuspec_cps", "diffuspec_adl"), description=_desc))

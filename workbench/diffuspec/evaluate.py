@@ -48,11 +48,11 @@ class DiffuSpecEvalConfig:
     """Draft length of the fixed-length methods."""
     fixed_lengths: list[int] = field(default_factory=list)
     """Extra fixed lengths for CPS (Table 5's fixed-k policies)."""
-    k_min: int = 4
+    k_min: int = 5
     """ADL lower guardrail (tokens)."""
-    k_max: int = 12
+    k_max: int = 10
     """ADL upper guardrail (tokens)."""
-    delta: float = 4.0
+    delta: float = 7.0
     """ADL increment δ (tokens)."""
     rho: float = 0.5
     """ADL smoothing ρ."""
