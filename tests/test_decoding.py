@@ -108,7 +108,7 @@ def test_bad_decoding_arguments(micro_model, kw, msg):
 
 
 def test_unknown_policy_lists_valid_names():
-    with pytest.raises(DecodeError, match="valid: ar_greedy, ar_sample, confidence, deer, isd, sampler, serial, ss_linear, ss_quadratic"):
+    with pytest.raises(DecodeError, match="valid: ar_greedy, ar_sample, confidence, deer, diffuspec, diffuspec_adl, diffuspec_argmax, diffuspec_cps, isd, sampler, serial, simsd, ss_linear, ss_quadratic"):
         get_policy("nope")
 
 

@@ -220,6 +220,7 @@ class _OracleDrafter:
     def __init__(self, target, k):
         self.mask_token_id, self.mask_dtype = MASK_ID, torch.float32
         self.backbone = _OracleBackbone(target, k)
+        self.vocab_size = target.vocab_size
 
     def new_cache(self):
         return _TokenCache()

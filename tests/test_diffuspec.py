@@ -204,3 +204,19 @@ def test_cli_bad_input_is_one_line(tmp_path):
     r = run_cli("diffuspec", "eval", "--model", "tiny", "--beam", "0", "--out_dir", str(tmp_path / "c"))
     assert r.returncode != 0 and "beam width must be >= 1" in r.stderr
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_sampled_diffuspec_runs_p_over_q_with_the_paths_q(tmp_path):
+    """T > 0 (App. H.3): acceptance uses q^L2R of the chosen path; the run is reproducible by seed and commits
+    exactly gen_len tokens, never more than the path plus one per step."""
+    from workbench.diffuspec.decode import DiffuSpecConfig, diffuspec_decode
+    from workbench.model.load import load_model
+    from workbench.tokenizer import encode_bytes
+
+    model, tok, _ = load_model("tiny")
+    prompts = [encode_bytes("def main(argv):\n    for name in argv:\n").tolist()]
+    cfg = DiffuSpecConfig(cps=False, adl=True, k_min=2, k_max=6, delta=2)
+    a = diffuspec_decode(model, model, prompts, 32, cfg, temperature=1.0, seed=3)
+    b = diffuspec_decode(model, model, prompts, 32, cfg, temperature=1.0, seed=3)
+    assert a.tokens == b.tokens and len(a.tokens[0]) == 32
+    assert all(c <= m + 1 for c, m in zip(a.committed_per_step[0], a.path_lengths[0]))

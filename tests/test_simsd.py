@@ -105,3 +105,12 @@ def test_larger_drafter_warns():
     with pytest.warns(UserWarning, match="larger than its target"):
         assert warn_if_larger(big, small)
     assert not warn_if_larger(small, big)
+
+
+def test_sampled_simsd_is_reproducible_and_fills_every_block():
+    model, drafter = _model(2, seed=1), _model(1, seed=2)
+    prompts = [[3, 9, 14, 2, 7, 1]]
+    a = simsd_decode(model, drafter, prompts, 8, block_length=4, temperature=1.0, seed=5)
+    b = simsd_decode(model, drafter, prompts, 8, block_length=4, temperature=1.0, seed=5)
+    assert a.tokens == b.tokens and len(a.tokens[0]) == 8 and 40 not in a.tokens[0]   # never the mask token
+    assert sum(a.committed_per_step[0]) == 8

@@ -27,15 +27,18 @@ class BlockDrafter:
         self.n_cached = 0
         self.calls = 0
         self.last_order = torch.zeros(0, dtype=torch.long)
+        self.last_tokens = torch.zeros(0, dtype=torch.long)
 
     @torch.no_grad()
-    def propose(self, verified: list[int], k: int, steps: int = 1) -> torch.Tensor:
+    def propose(self, verified: list[int], k: int, steps: int = 1, temperature: float = 0.0,
+                generator: torch.Generator | None = None) -> torch.Tensor:
         """Log-probabilities ``(k, vocab)`` (float32) of a block of ``k`` masks after ``verified`` (token ids).
 
         With ``steps`` > 1 each pass fixes the ⌈k / steps⌉ most confident undecided positions (DiffuSpec Eq. 4)
         and the next pass reads them as tokens; a position keeps the distribution of the pass that fixed it.
-        :attr:`last_order` ``(k,)`` holds the pass (1-based) that fixed each position (SimSD's temporal labels);
-        each position's token is the argmax of its row."""
+        :attr:`last_order` ``(k,)`` holds the pass (1-based) that fixed each position (SimSD's temporal labels)
+        and :attr:`last_tokens` ``(k,)`` the token fixed there: its row's argmax at temperature 0, else a draw
+        from ``softmax(logits / temperature)`` (later passes read the drawn tokens)."""
         dev = self.model.device
         pending = torch.tensor([verified[self.n_cached:]], dtype=torch.long, device=dev)
         mask_id = self.model.mask_token_id
@@ -55,12 +58,17 @@ class BlockDrafter:
             conf = torch.where(undecided, conf, torch.full_like(conf, -float("inf")))
             fix = conf.topk(min(per_step, int(undecided.sum()))).indices
             out[fix] = lp[fix]
+            if temperature > 0:
+                arg = arg.clone()
+                arg[fix] = torch.multinomial(torch.softmax(logits[fix] / temperature, -1), 1,
+                                             generator=generator)[:, 0]
             block[0, fix] = arg[fix]
             order[fix] = s + 1
             undecided[fix] = False
             if not undecided.any():
                 break
         self.last_order = order
+        self.last_tokens = block[0].clone()
         return out
 
     def _forward(self, pending: torch.Tensor, block: torch.Tensor) -> torch.Tensor:

@@ -157,6 +157,7 @@ def diffuspec_decode(target, drafter, prompts: list[list[int]], gen_len: int, cf
                           committed_per_step=[[] for _ in range(n0)], step_tokens=[[] for _ in range(n0)],
                           accepted=[[] for _ in range(n0)], draft_lengths=[[] for _ in range(n0)],
                           path_lengths=[[] for _ in range(n0)], gen_lengths=[[] for _ in range(n0)],
+                          token_probs=[[] for _ in range(n0)],
                           drafter_params=_params(drafter), target_params=_params(target))
     t_start = time.perf_counter()
     with autocast_for(dev, precision):
@@ -212,6 +213,11 @@ def _decode_one(target, drafter: BlockDrafter, prompt: list[int], gen_len: int, 
         take = (path[:a] + [nxt])[:gen_len - len(out)]
         if eos_id is not None and eos_id in take:
             take = take[:take.index(eos_id) + 1]
+        # q_k(x_k) (I-DLM §2): the drafter's probability of each accepted token, the verifier's of its own token
+        t = temperature if temperature > 0 else 1.0                          # greedy picks: T = 1
+        q_draft = torch.softmax(logp[:a] / t, -1).gather(1, torch.tensor(path[:a], device=logp.device)[:, None])
+        q_next = torch.softmax(v_logits[0, a].float() / t, -1)[nxt]
+        res.token_probs[row] += (q_draft[:, 0].tolist() + [float(q_next)])[:len(take)]
         out += take
         verified += take
         pending = [nxt]

@@ -73,9 +73,9 @@ def verify_logits(target, cache, prefix_len: int, draft: torch.Tensor, steps: to
 
 
 def _finish_serial(target, cache, prefix_len: int, block: torch.Tensor, undecided: torch.Tensor,
-                   temperature: float, g: torch.Generator) -> list[int]:
-    """The target completes ``block`` in place, one position per forward (its most confident); returns the
-    token committed by each forward."""
+                   temperature: float, g: torch.Generator, qs: torch.Tensor) -> list[int]:
+    """The target completes ``block`` in place, one position per forward (its most confident), writing each
+    token's probability into ``qs``; returns the token committed by each forward."""
     done = []
     key_valid = torch.ones((1, prefix_len + block.shape[0]), dtype=torch.bool, device=block.device)
     while undecided.any():
@@ -88,7 +88,9 @@ def _finish_serial(target, cache, prefix_len: int, block: torch.Tensor, undecide
             p = torch.softmax(logits[k] / temperature, -1)
             block[k] = torch.multinomial(p, 1, generator=g)[0]
         else:
+            p = probs[k]
             block[k] = probs[k].argmax()
+        qs[k] = p[block[k]]
         undecided[k] = False
         done.append(int(block[k]))
     return done
@@ -121,7 +123,7 @@ def simsd_decode(target, drafter, prompts: list[list[int]], gen_len: int, block_
     n0 = len(prompts)
     res = SimSDResult(tokens=[[] for _ in range(n0)], forwards=[0] * n0, extra_forwards=[0] * n0,
                       committed_per_step=[[] for _ in range(n0)], step_tokens=[[] for _ in range(n0)],
-                      accepted=[[] for _ in range(n0)], drafter_forwards=[0] * n0,
+                      accepted=[[] for _ in range(n0)], drafter_forwards=[0] * n0, token_probs=[[] for _ in range(n0)],
                       drafter_params=sum(p.numel() for p in drafter.backbone.parameters()),
                       target_params=sum(p.numel() for p in target.backbone.parameters()))
     t0 = time.perf_counter()
@@ -143,19 +145,19 @@ def _decode_one(target, drafter: BlockDrafter, prompt: list[int], gen_len: int, 
     context = list(prompt)
     for start in range(0, gen_len, b):
         calls = drafter.calls
-        logp = drafter.propose(context, b, steps=b)                 # (B, V), one position fixed per step
+        logp = drafter.propose(context, b, steps=b, temperature=temperature, generator=g)   # one position per step
         res.drafter_forwards[row] += drafter.calls - calls
-        steps = drafter.last_order.to(dev)
-        draft = logp.argmax(-1).to(dev)
+        steps, draft = drafter.last_order.to(dev), drafter.last_tokens.to(dev)
         if temperature > 0:
-            q = torch.softmax(logp / temperature, -1)
-            draft = torch.multinomial(q, 1, generator=g)[:, 0]
+            q = torch.softmax(logp / temperature, -1)               # p_φ^(r): the step's distribution
         p_len = len(context)
         v = verify_logits(target, cache, p_len, draft, steps, rope_copy)
         v[:, target.mask_token_id] = float("-inf")
         res.forwards[row] += 1
         block = torch.full((b,), target.mask_token_id, dtype=torch.long, device=dev)
         undecided = torch.ones(b, dtype=torch.bool, device=dev)
+        t = temperature if temperature > 0 else 1.0
+        qs = torch.zeros(b, device=dev)              # q_k(x_k) per block position (I-DLM §2), block order
         accepted = 0
         for k in steps.argsort().tolist():                           # along the draft order o_1..o_B
             tok = int(draft[k])
@@ -172,13 +174,14 @@ def _decode_one(target, drafter: BlockDrafter, prompt: list[int], gen_len: int, 
                     tok = int(v[k].argmax())
             block[k] = tok
             undecided[k] = False
+            qs[k] = (torch.softmax(logp[k].to(dev) / t, -1) if ok else torch.softmax(v[k] / t, -1))[tok]
             if not ok:
                 break
             accepted += 1
         res.accepted[row].append(accepted)
         res.committed_per_step[row].append(accepted + (accepted < b))
         res.step_tokens[row].append([int(t) for t, u in zip(block.tolist(), undecided.tolist()) if not u])
-        finished = _finish_serial(target, cache, p_len, block, undecided, temperature, g)
+        finished = _finish_serial(target, cache, p_len, block, undecided, temperature, g, qs)
         res.forwards[row] += len(finished)
         res.committed_per_step[row] += [1] * len(finished)
         res.step_tokens[row] += [[t] for t in finished]
@@ -186,6 +189,7 @@ def _decode_one(target, drafter: BlockDrafter, prompt: list[int], gen_len: int, 
         target.extend(committed[None], cache, torch.ones((1, p_len + b), dtype=torch.bool, device=dev))
         res.extra_forwards[row] += 1
         res.tokens[row] += block.tolist()
+        res.token_probs[row] += qs.tolist()
         context += committed.tolist()
 
 
