@@ -86,3 +86,25 @@ def test_shared_drafter_for_other_weights_is_refused(ar_checkpoint, tmp_path):
         other.backbone.model.layers[1].mlp.down_proj.weight.add_(0.01)
     with pytest.raises(CheckpointError, match="trained on base weights [0-9a-f]{16}, but the target has weights"):
         load_drafter(str(out), other, otok)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gpt2"])
+def test_shared_drafter_of_other_families(family):
+    """The drafter is the target's own first layers in any decoder-only family (Qwen3: model.layers; GPT-2:
+    transformer.h with learned positions); DEER with it stays AR greedy of the target."""
+    from transformers import AutoModelForCausalLM, GPT2Config, Qwen3Config
+
+    torch.manual_seed(0)
+    cfg = (Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=8, max_position_embeddings=128, tie_word_embeddings=True)
+           if family == "qwen3" else GPT2Config(vocab_size=64, n_embd=32, n_layer=3, n_head=4, n_positions=128))
+    backbone = AutoModelForCausalLM.from_config(cfg).eval()
+    from workbench.model.trimode import TriModeLM
+
+    target = TriModeLM(backbone, 63)
+    drafter = drafter_from_target(target, 2)
+    assert drafter.backbone.get_input_embeddings() is backbone.get_input_embeddings()
+    assert drafter.backbone.config.num_hidden_layers == 2
+    prompts = [[3, 17, 40, 9, 7], [12, 5, 8]]
+    ref = ar_decode(target, prompts, 12).tokens
+    assert deer_decode(target, drafter, prompts, 12, 4, sep_id=1).tokens == ref

@@ -73,21 +73,31 @@ def prepare_target(target: TriModeLM, tok: PreTrainedTokenizerBase, sep_token: s
     return target, tok
 
 
+def _layer_list(backbone) -> tuple[str, torch.nn.ModuleList]:
+    """``(qualified name, module list)`` of the backbone's decoder layers, for any Hugging Face family: the
+    ModuleList with ``config.num_hidden_layers`` entries (``model.layers`` in Llama, Qwen, Mistral, Gemma;
+    ``transformer.h`` in GPT-2; ``gpt_neox.layers``). Raises ``ValueError`` when there is none."""
+    n = getattr(backbone.config, "num_hidden_layers", None)
+    for name, mod in backbone.named_modules():
+        if isinstance(mod, torch.nn.ModuleList) and len(mod) == n and n:
+            return name, mod
+    raise ValueError(f"no list of {n} decoder layers found in this {type(backbone).__name__}; a shared-base "
+                     "drafter needs a decoder-only Hugging Face model")
+
+
 def _layers(backbone) -> torch.nn.ModuleList:
-    layers = getattr(getattr(backbone, "model", None), "layers", None)
-    if not isinstance(layers, torch.nn.ModuleList):
-        raise ValueError("a shared-base drafter needs a Llama-style backbone with backbone.model.layers")
-    return layers
+    return _layer_list(backbone)[1]
 
 
 def drafter_from_target(target: TriModeLM, n_layers: int) -> TriModeLM:
     """A drafter of the target's first ``n_layers`` decoder layers (copied, trainable) and final norm, with
     the target's embedding and LM head shared (the same modules, frozen).
 
-    Raises ``ValueError`` for ``n_layers`` outside ``1..`` the target's depth, or a non-Llama-style backbone.
+    Works for any decoder-only family whose config has ``num_hidden_layers`` (Llama, Qwen, Mistral, Gemma, GPT-2,
+    GPT-NeoX). Raises ``ValueError`` for ``n_layers`` outside ``1..`` the target's depth, or no layer list.
     """
     tb = target.backbone
-    layers = _layers(tb)
+    prefix, layers = _layer_list(tb)
     if not 0 < n_layers <= len(layers):
         raise ValueError(f"the drafter's n_layers must be in 1..{len(layers)} (the target's depth), got {n_layers}")
     cfg = copy.deepcopy(tb.config)
@@ -97,7 +107,7 @@ def drafter_from_target(target: TriModeLM, n_layers: int) -> TriModeLM:
     backbone = AutoModelForCausalLM.from_config(cfg).to(dtype=next(tb.parameters()).dtype)
     _share(backbone, tb)          # before loading: the fresh embedding is dropped, not filled
     own = {k: v for k, v in tb.state_dict().items() if not _is_shared_key(tb, k)}
-    keep = {k: v for k, v in own.items() if _layer_index(k) is None or _layer_index(k) < n_layers}
+    keep = {k: v for k, v in own.items() if _layer_index(k, prefix) is None or _layer_index(k, prefix) < n_layers}
     missing, unexpected = backbone.load_state_dict(keep, strict=False)
     if unexpected or [k for k in missing if not _is_shared_key(backbone, k)]:
         raise ValueError(f"the target's first {n_layers} layers do not fit a {n_layers}-layer copy of its config")
@@ -105,13 +115,12 @@ def drafter_from_target(target: TriModeLM, n_layers: int) -> TriModeLM:
     return TriModeLM(backbone, target.mask_token_id)
 
 
-def _layer_index(key: str) -> int | None:
-    parts = key.split(".")
-    if "layers" in parts:
-        i = parts.index("layers")
-        if i + 1 < len(parts) and parts[i + 1].isdigit():
-            return int(parts[i + 1])
-    return None
+def _layer_index(key: str, prefix: str) -> int | None:
+    """Index of the decoder layer a state-dict key belongs to (``prefix.<i>.…``), or None."""
+    if not key.startswith(prefix + "."):
+        return None
+    head = key[len(prefix) + 1:].split(".", 1)[0]
+    return int(head) if head.isdigit() else None
 
 
 def _shared_modules(backbone) -> list[torch.nn.Module]:
