@@ -11,7 +11,7 @@ Reproduce (the legs are recorded in the shipped ``shipped.json``; rerunning a st
         --stage2 runs/smollm2_deer/stage2 --model smollm2-135m
 
 The folder holds the Stage I + II drafter (``drafter.safetensors``, bf16, without the shared embedding and head),
-its ``workbench.json``, ``stage1/`` (the Stage I drafter, for the Stage I vs I + II table) and each stage's CSV log.
+its ``workbench.json`` and each stage's CSV log (the Stage I drafter stays in its run: one 14 MB drafter per asset).
 """
 from __future__ import annotations
 
@@ -43,7 +43,6 @@ def ship(stage1: Path, stage2: Path, model: str, assets: Path = ASSETS) -> Path:
     stage = assets / f"{model}-deer-drafter.staging"
     shutil.rmtree(stage, ignore_errors=True)
     shutil.copytree(stage2 / "drafter", stage)
-    shutil.copytree(stage1 / "drafter", stage / "stage1")
     for name, run in (("stage1", stage1), ("stage2", stage2)):
         log = run / "logs" / "version_0" / "metrics.csv"
         if log.exists():
