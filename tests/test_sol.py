@@ -250,7 +250,7 @@ def test_greedy_acceptance_and_sol_against_brute_force():
     (g_f, fallbacks), _ = drive(greedy_acceptance(torch.full((3,), M), t, M), fn)
     res, _ = drive(compaction(torch.full((3,), M), t, M, 1, Budget(5000)), fn)
     assert (g_f, fallbacks) == (2, 1) and res.forwards == 2 and optimal_forwards(t, M, fn) == 2
-    gaps = []
+    cases = []                                   # (optimum, greedy, compaction) forwards per random block
     for seed in range(40):
         fn = _random_model(seed)
         for b in (3, 4):
@@ -259,12 +259,15 @@ def test_greedy_acceptance_and_sol_against_brute_force():
             (g_f, _), _ = drive(greedy_acceptance(torch.full((b,), M), t, M), fn)
             res, _ = drive(compaction(torch.full((b,), M), t, M, 1, Budget(5000)), fn)
             block, _ = drive(solve_block(b, M), fn)
-            # neither schedule, computed here directly, beats the exhaustive optimum
-            assert 1 <= opt <= g_f <= b and opt <= res.forwards and res.success
+            assert res.success, (seed, b)            # the budget is ample at B <= 4
             # solve_block reports exactly those two schedules and the better of them
             assert (block["greedy_forwards"], block["sol_forwards"]) == (g_f, min(g_f, res.forwards))
-            gaps.append(g_f - opt)
-    assert any(gaps), "greedy was optimal on every random case: the cases cannot tell the searches apart"
+            cases.append((opt, g_f, res.forwards))
+    assert any(g > o for o, g, _ in cases), "greedy was optimal on every random case: they cannot tell searches apart"
+    # SOL (the better of the two searches) is the exhaustive optimum on at least 95 % of the blocks and misses it
+    # by exactly one forward elsewhere (measured: 79 of 80); a schedule below the optimum would be a miss of -1
+    misses = [min(g, c) - o for o, g, c in cases if min(g, c) != o]
+    assert len(misses) <= len(cases) // 20 and all(m == 1 for m in misses), misses
 
 
 def test_greedy_acceptance_counts_every_block(micro_model):
