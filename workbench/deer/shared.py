@@ -231,14 +231,15 @@ def load_standalone(path: str | Path, device=None) -> tuple[TriModeLM, PreTraine
 
     Raises :class:`~workbench.model.io.CheckpointError` when the record names no base or the base's weights
     differ from those the drafter was trained on."""
-    from .models import load_target
+    from ..model.load import load_model
 
     meta = json.loads((Path(path) / META).read_text())
     base = meta.get("target")
     if not base:
         raise CheckpointError(f"the DEER drafter in {path} does not record its base model ('target'); load it "
                               "with that base as the target")
-    target, tok = load_target(str(base), device or "cpu")
+    target, tok, _ = load_model(str(base), device or "cpu")
+    target.eval()
     return load_drafter_for(path, target, tok), tok
 
 
