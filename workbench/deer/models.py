@@ -135,11 +135,10 @@ def load_drafter(path: str, target: TriModeLM, target_tok: PreTrainedTokenizerBa
     if is_shared_drafter(path) and target.gated:
         # a gated tri-mode target (e.g. smollm2-135m-trimode) is not the drafter's base: load that base apart
         drafter, tok = load_standalone(path, target.device)
-        for name in ("mask_token_id",):
-            if getattr(tok, name) != getattr(target_tok, name):
-                raise TokenizerMismatchError(f"drafter and target tokenizers differ: {name} is "
-                                             f"{getattr(target_tok, name)} in the target and {getattr(tok, name)} "
-                                             "in the drafter")
+        if tok.mask_token_id != target_tok.mask_token_id:
+            raise TokenizerMismatchError(f"drafter and target tokenizers differ: mask_token_id is "
+                                         f"{target_tok.mask_token_id} in the target and {tok.mask_token_id} in the "
+                                         "drafter")
         target_tok.sep_token = tok.sep_token
     elif is_shared_drafter(path):
         drafter = load_drafter_for(path, target, target_tok)

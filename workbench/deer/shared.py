@@ -106,10 +106,10 @@ def drafter_from_target(target: TriModeLM, n_layers: int) -> TriModeLM:
         cfg.layer_types = list(cfg.layer_types)[:n_layers]
     backbone = AutoModelForCausalLM.from_config(cfg).to(dtype=next(tb.parameters()).dtype)
     _share(backbone, tb)          # before loading: the fresh embedding is dropped, not filled
-    own = {k: v for k, v in tb.state_dict().items() if not _is_shared_key(tb, k)}
-    keep = {k: v for k, v in own.items() if _layer_index(k, prefix) is None or _layer_index(k, prefix) < n_layers}
+    keep = {k: v for k, v in _own_state(tb).items()
+            if _layer_index(k, prefix) is None or _layer_index(k, prefix) < n_layers}
     missing, unexpected = backbone.load_state_dict(keep, strict=False)
-    if unexpected or [k for k in missing if not _is_shared_key(backbone, k)]:
+    if unexpected or set(missing) & set(_own_state(backbone)):
         raise ValueError(f"the target's first {n_layers} layers do not fit a {n_layers}-layer copy of its config")
     backbone.to(target.device)
     return TriModeLM(backbone, target.mask_token_id)
@@ -131,9 +131,10 @@ def _shared_modules(backbone) -> list[torch.nn.Module]:
     return mods
 
 
-def _is_shared_key(backbone, key: str) -> bool:
-    names = {n for n, m in backbone.named_modules() if any(m is s for s in _shared_modules(backbone))}
-    return any(key.startswith(n + ".") for n in names)
+def _own_state(backbone) -> dict:
+    """The backbone's state dict without the shared embedding and head (their module prefixes found once)."""
+    shared = [n + "." for n, m in backbone.named_modules() if any(m is s for s in _shared_modules(backbone))]
+    return {k: v for k, v in backbone.state_dict().items() if not k.startswith(tuple(shared))}
 
 
 def _share(backbone, target_backbone) -> None:
@@ -159,8 +160,7 @@ def save_shared_drafter(drafter: TriModeLM, target: TriModeLM, tok: PreTrainedTo
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     bb = drafter.backbone
-    own = {k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in bb.state_dict().items()
-           if not _is_shared_key(bb, k)}
+    own = {k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in _own_state(bb).items()}
     save_file(own, str(out / WEIGHTS))
     info = {**meta, "format": SHARED_FORMAT, "n_layers": len(_layers(bb)), "base_fingerprint": base_fingerprint,
             "mask_token_id": drafter.mask_token_id, "sep_token": tok.sep_token,
@@ -202,7 +202,7 @@ def load_shared_drafter(path: str | Path, target: TriModeLM, tok: PreTrainedToke
     except RuntimeError as e:
         raise CheckpointError(f"the DEER drafter in {path} does not fit the target's architecture "
                               f"({str(e).splitlines()[0]})") from None
-    missing = [k for k in missing if not _is_shared_key(drafter.backbone, k)]
+    missing = sorted(set(missing) & set(_own_state(drafter.backbone)))
     if missing or unexpected:
         raise CheckpointError(f"the DEER drafter in {path} does not fit the target: missing {missing[:3]}, "
                               f"unexpected {unexpected[:3]}")

@@ -25,7 +25,7 @@ target forwards (one per step).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -37,17 +37,11 @@ from .cps import check_cps_args, cps_search, first_eos_length, prune_lattice
 
 
 @dataclass
-class DiffuSpecConfig:
-    """DiffuSpec's knobs (defaults: the paper's implementation details, §5, except ADL's k_min, k_max and δ: the
-    paper's 20 / 30 / 10 are for Qwen/Dream tokenizers and 7–8 B models; ours are the best of a 12-trial
+class SearchKnobs:
+    """CPS's and ADL's knobs (defaults: the paper's implementation details, §5, except ADL's k_min, k_max and δ:
+    the paper's 20 / 30 / 10 are for Qwen/Dream tokenizers and 7–8 B models; ours are the best of a 12-trial
     ``workbench diffuspec tune`` on SmolLM2-135M-trimode, k_min 5, k_max 10, δ 6.8, rounded)."""
 
-    cps: bool = True
-    """Causal-consistency path search (False: the drafter's argmax block, cut after its first EOS)."""
-    adl: bool = True
-    """Adaptive draft length (False: a fixed length k_fixed)."""
-    k_fixed: int = 8
-    """Draft length without ADL (tokens)."""
     k_min: int = 5
     """ADL lower guardrail (tokens)."""
     k_max: int = 10
@@ -64,6 +58,22 @@ class DiffuSpecConfig:
     """CPS beam width B."""
     lam: float = 0.5
     """λ of Eq. 7: weight of the drafter's log-probability against the causal proxy's."""
+
+    def knobs(self) -> dict:
+        """These fields as keyword arguments."""
+        return {f.name: getattr(self, f.name) for f in fields(SearchKnobs)}
+
+
+@dataclass
+class DiffuSpecConfig(SearchKnobs):
+    """One DiffuSpec method: which components run, and their knobs (:class:`SearchKnobs`)."""
+
+    cps: bool = True
+    """Causal-consistency path search (False: the drafter's argmax block, cut after its first EOS)."""
+    adl: bool = True
+    """Adaptive draft length (False: a fixed length k_fixed)."""
+    k_fixed: int = 8
+    """Draft length without ADL (tokens)."""
     steps: int = 1
     """Diffusion refinement steps S of the drafter (Eq. 4)."""
 
@@ -215,9 +225,10 @@ def _decode_one(target, drafter: BlockDrafter, prompt: list[int], gen_len: int, 
             take = take[:take.index(eos_id) + 1]
         # q_k(x_k) (I-DLM §2): the drafter's probability of each accepted token, the verifier's of its own token
         t = temperature if temperature > 0 else 1.0                          # greedy picks: T = 1
-        q_draft = torch.softmax(logp[:a] / t, -1).gather(1, torch.tensor(path[:a], device=logp.device)[:, None])
+        lq = logp[:a] if t == 1.0 else torch.log_softmax(logp[:a] / t, -1)   # logp is already a log-softmax
+        q_draft = lq.gather(1, torch.tensor(path[:a], device=logp.device)[:, None])[:, 0].exp()
         q_next = torch.softmax(v_logits[0, a].float() / t, -1)[nxt]
-        res.token_probs[row] += (q_draft[:, 0].tolist() + [float(q_next)])[:len(take)]
+        res.token_probs[row] += (q_draft.tolist() + [float(q_next)])[:len(take)]
         out += take
         verified += take
         pending = [nxt]

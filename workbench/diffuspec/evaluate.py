@@ -23,10 +23,13 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
+from .decode import DiffuSpecConfig, SearchKnobs
+
 
 @dataclass
-class DiffuSpecEvalConfig:
-    """DiffuSpec ablations on held-out prompts (diffuspec.txt §5, Tables 2 and 5)."""
+class DiffuSpecEvalConfig(SearchKnobs):
+    """DiffuSpec ablations on held-out prompts (diffuspec.txt §5, Tables 2 and 5); CPS's and ADL's knobs are
+    :class:`~workbench.diffuspec.decode.SearchKnobs`."""
 
     model: str = "tiny"
     """AR target (and the 'self' drafter): 'tiny', 'smollm2-135m-trimode' or a checkpoint directory."""
@@ -48,22 +51,6 @@ class DiffuSpecEvalConfig:
     """Draft length of the fixed-length methods."""
     fixed_lengths: list[int] = field(default_factory=list)
     """Extra fixed lengths for CPS (Table 5's fixed-k policies)."""
-    k_min: int = 5
-    """ADL lower guardrail (tokens)."""
-    k_max: int = 10
-    """ADL upper guardrail (tokens)."""
-    delta: float = 7.0
-    """ADL increment δ (tokens)."""
-    rho: float = 0.5
-    """ADL smoothing ρ."""
-    tau: float = 0.8
-    """CPS mass threshold τ."""
-    m_max: int = 15
-    """CPS per-position cap."""
-    beam: int = 3
-    """CPS beam width."""
-    lam: float = 0.5
-    """CPS mixing weight λ."""
     precision: str = "fp32"
     """'fp32' or 'bf16' (autocast)."""
     device: str = "auto"
@@ -84,11 +71,7 @@ class DiffuSpecEvalConfig:
 
     def settings(self, cps: bool, adl: bool, k: int | None = None):
         """The :class:`~workbench.diffuspec.decode.DiffuSpecConfig` of one method."""
-        from .decode import DiffuSpecConfig
-
-        return DiffuSpecConfig(cps=cps, adl=adl, k_fixed=k or self.k_fixed, k_min=self.k_min, k_max=self.k_max,
-                               delta=self.delta, rho=self.rho, tau=self.tau, m_max=self.m_max, beam=self.beam,
-                               lam=self.lam)
+        return DiffuSpecConfig(cps=cps, adl=adl, k_fixed=k or self.k_fixed, **self.knobs())
 
     def methods(self) -> dict:
         """Method name -> DiffuSpecConfig."""
@@ -120,7 +103,7 @@ def _row(name: str, drafter: str, prompt, res, i: int, ar_ids: list[int]) -> dic
     d_share = res.drafter_params / max(1, res.target_params)
     cost = res.extra_forwards[i] + d_share * res.forwards[i]
     return {"method": name, "drafter": drafter, "prompt_id": prompt.prompt_id, "category": prompt.category,
-            "tokens": len(toks), "steps": len(res.accepted[i]), "mat": res.mat(i),
+            "tokens": len(toks), "steps": len(res.accepted[i]), "accepted": sum(res.accepted[i]), "mat": res.mat(i),
             "tokens_per_step": len(toks) / steps, "target_forwards": res.extra_forwards[i],
             "drafter_forwards": res.forwards[i], "tpf_target": len(toks) / max(1, res.extra_forwards[i]),
             "tpf_cost": len(toks) / max(1e-9, cost),
@@ -178,7 +161,7 @@ def run_eval(cfg: DiffuSpecEvalConfig) -> Path:
         ar_ids, wall = _cut(ar.tokens[0], eos), time.perf_counter() - t0
         n = len(ar_ids)
         rows.append({"method": "ar", "drafter": "-", "prompt_id": p.prompt_id, "category": p.category, "tokens": n,
-                     "steps": n, "mat": 0.0, "tokens_per_step": 1.0, "target_forwards": n, "drafter_forwards": 0,
+                     "steps": n, "accepted": 0, "mat": 0.0, "tokens_per_step": 1.0, "target_forwards": n, "drafter_forwards": 0,
                      "tpf_target": 1.0, "tpf_cost": 1.0, "mean_draft_length": 0.0, "wall_s": wall, "agree_ar": 1.0,
                      "ids": ar_ids})
         bar.update()
@@ -210,7 +193,7 @@ def summarize(rows: pd.DataFrame) -> pd.DataFrame:
     ar_tps = rows.loc[rows.method == "ar", "tokens"].sum() / rows.loc[rows.method == "ar", "wall_s"].sum()
     g = rows.groupby(["drafter", "method"], sort=False)
     out = g.agg(prompts=("prompt_id", "count"), tokens=("tokens", "sum"), steps=("steps", "sum"),
-                accepted=("mat", lambda s: float((s * rows.loc[s.index, "steps"]).sum())),
+                accepted=("accepted", "sum"),
                 target_forwards=("target_forwards", "sum"), wall_s=("wall_s", "sum"),
                 mean_draft_length=("mean_draft_length", "mean"), tpf_cost=("tpf_cost", "mean"),
                 agree_ar=("agree_ar", "mean")).reset_index()
