@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from .corpus import CorpusError, Document, by_split, load_corpus
 from .tokenizer import EOS_ID, bos_prefix, encode_bytes
@@ -67,20 +67,25 @@ class RandomWindows(Dataset):
     The length stays ``length`` (the whole run's stream) when ``start > 0``: Lightning counts the batches
     it restored from the checkpoint against the loader's length, so a loader shortened by ``start`` ended
     its epoch ``s`` batches early and replayed its first windows (a resume before half-way then diverged
-    from the uninterrupted run). Training stops at ``max_steps`` before the extra items are reached."""
+    from the uninterrupted run). Training stops at ``max_steps`` before the extra items are reached.
 
-    def __init__(self, tokens: np.ndarray, seq_len: int, length: int, seed: int, start: int = 0):
+    ``with_index``: items are ``(window, stream index start + i)`` pairs, so a training step knows where each
+    of its windows lies in the step's global batch whichever rank or accumulation step loaded it."""
+
+    def __init__(self, tokens: np.ndarray, seq_len: int, length: int, seed: int, start: int = 0,
+                 with_index: bool = False):
         if len(tokens) <= seq_len:
             raise CorpusError(f"split has {len(tokens)} tokens, fewer than one window of {seq_len}")
         self.tokens, self.seq_len, self.seed, self.start = tokens, seq_len, seed, start
-        self.length = length
+        self.length, self.with_index = length, with_index
 
     def __len__(self) -> int:
         return self.length
 
-    def __getitem__(self, i: int) -> torch.Tensor:
+    def __getitem__(self, i: int):
         off = int(np.random.default_rng((self.seed, self.start + i)).integers(0, len(self.tokens) - self.seq_len))
-        return torch.from_numpy(self.tokens[off:off + self.seq_len].astype(np.int64))
+        window = torch.from_numpy(self.tokens[off:off + self.seq_len].astype(np.int64))
+        return (window, self.start + i) if self.with_index else window
 
 
 class EvenWindows(Dataset):
@@ -103,10 +108,16 @@ class EvenWindows(Dataset):
 class LMDataModule(pl.LightningDataModule):
     """Random training windows from the train split; evenly spaced validation windows.
 
+    **Order and sharding.** Optimiser step ``s`` trains on windows ``s·G … (s+1)·G − 1`` of the seeded stream
+    (:class:`RandomWindows`, ``G = batch_size``), whatever the number of devices: Lightning's distributed
+    sampler gives rank ``r`` of ``W`` the windows ``r, r + W, r + 2W, …``, in forwards of ``per_device_batch``
+    windows, so no window is read twice and the ranks' forwards of one step cover exactly its ``G`` windows.
+    Training items are ``(window, stream index)`` pairs (:class:`RandomWindows` ``with_index``).
+
     Args:
         corpus: ``"stdlib"`` (default), a directory of source files or a ``.txt``/``.jsonl`` file.
         seq_len: window length in tokens.
-        batch_size: windows per batch.
+        batch_size: windows per optimiser step (the global batch).
         train_windows: virtual epoch length in windows.
         val_windows: number of validation windows.
         seed: data seed.
@@ -114,13 +125,16 @@ class LMDataModule(pl.LightningDataModule):
         num_workers: DataLoader workers.
         train_data: optional ``workbench deer teacher`` folder: train on its answers (:func:`teacher_tokens`)
             instead of the corpus's train split; validation stays on the corpus's validation split.
+        per_device_batch: windows per forward on one device (:func:`workbench.distributed.batch_plan`);
+            None: ``batch_size``.
     """
 
     def __init__(self, corpus: str = "stdlib", seq_len: int = 256, batch_size: int = 16,
                  train_windows: int = 1_000_000, val_windows: int = 64, seed: int = 0, tokenizer=None,
-                 num_workers: int = 0, train_data: str | None = None):
+                 num_workers: int = 0, train_data: str | None = None, per_device_batch: int | None = None):
         super().__init__()
         self.corpus, self.seq_len, self.batch_size = corpus, seq_len, batch_size
+        self.per_device_batch = per_device_batch or batch_size
         self.train_windows, self.val_windows, self.seed = train_windows, val_windows, seed
         self.tokenizer, self.num_workers, self.train_data = tokenizer, num_workers, train_data
         self.train_tokens = self.val_tokens = None
@@ -139,9 +153,21 @@ class LMDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         # resume: continue the window stream where the restored global step left it
         step = self.trainer.global_step if self.trainer is not None else 0
-        ds = RandomWindows(self.train_tokens, self.seq_len, self.train_windows, self.seed, start=step * self.batch_size)
-        return DataLoader(ds, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers, drop_last=True)
+        ds = RandomWindows(self.train_tokens, self.seq_len, self.train_windows, self.seed, start=step * self.batch_size,
+                           with_index=True)
+        return DataLoader(ds, batch_size=self.per_device_batch, sampler=rank_sampler(ds, self.trainer),
+                          num_workers=self.num_workers, drop_last=True)
 
     def val_dataloader(self) -> DataLoader:
         ds = EvenWindows(self.val_tokens, self.seq_len, self.val_windows)
-        return DataLoader(ds, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)
+        return DataLoader(ds, batch_size=self.per_device_batch, sampler=rank_sampler(ds, self.trainer),
+                          num_workers=self.num_workers)
+
+
+def rank_sampler(ds: Dataset, trainer) -> DistributedSampler | None:
+    """The sampler of a sequential dataset on this rank: ``DistributedSampler`` without shuffling (rank ``r``
+    of ``W`` takes items ``r, r + W, …``; made here rather than by Lightning so the order is explicit), or
+    None (sequential) on one device."""
+    if trainer is None or trainer.world_size <= 1:
+        return None
+    return DistributedSampler(ds, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False)

@@ -11,4 +11,10 @@ try:  # jsonargparse's own parse error (bad option, bad YAML)
 except ImportError:  # pragma: no cover
     _ArgError = ValueError
 
-USER_ERRORS = (CorpusError, CheckpointError, TokenizerError, RunDirError, ValueError, FileNotFoundError, _ArgError)
+try:  # Lightning's refusal of a trainer set-up (devices it cannot see, a strategy the accelerator lacks)
+    from lightning_fabric.utilities.exceptions import MisconfigurationException as _Misconfig
+except ImportError:  # pragma: no cover
+    _Misconfig = ValueError
+
+USER_ERRORS = (CorpusError, CheckpointError, TokenizerError, RunDirError, ValueError, FileNotFoundError, _ArgError,
+               _Misconfig)

@@ -43,10 +43,15 @@ class RngState(pl.Callback):
 class LogHistory:
     """The training log ``log_csv`` of a run that may be resumed from ``checkpoint`` (see the module docstring).
 
-    Call :meth:`before_fit` before ``trainer.fit`` and :meth:`after_fit` after it returns.
+    Call :meth:`before_fit` before ``trainer.fit`` and :meth:`after_fit` after it returns. Only global rank 0
+    touches the files (Lightning's loggers write there only); on other ranks both calls do nothing.
     """
 
     def __init__(self, log_csv: Path, checkpoint: Path | None):
+        from pytorch_lightning.utilities import rank_zero_only
+
+        if getattr(rank_zero_only, "rank", 0) != 0:
+            checkpoint = None                       # other ranks: nothing to keep or merge
         self.log_csv, self.checkpoint = Path(log_csv), checkpoint
         self.history = self.log_csv.parent / "history.csv"
         self.earlier = None

@@ -16,6 +16,8 @@ import pyarrow.parquet as pq
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader, Dataset
 
+from ..data import rank_sampler
+
 from .teacher import SIDECAR
 
 
@@ -107,14 +109,19 @@ class TeacherDataModule(pl.LightningDataModule):
     """Random training rows and fixed validation rows of a teacher directory.
 
     Args:
-        teacher: teacher directory. batch_size: rows per step. train_rows: virtual epoch length in rows.
-        val_percent: share of prompts held out. val_rows: at most this many validation rows. seed: data seed.
+        teacher: teacher directory. batch_size: rows per optimiser step (the global batch). train_rows: virtual
+        epoch length in rows. val_percent: share of prompts held out. val_rows: at most this many validation
+        rows. seed: data seed. per_device_batch: rows per forward on one device (None: ``batch_size``).
+
+    Step ``s`` trains on rows ``s·G … (s+1)·G − 1`` of the seeded stream; on several devices rank ``r`` of
+    ``W`` loads rows ``r, r + W, …`` (:func:`~workbench.data.rank_sampler`), so no row is read twice.
     """
 
     def __init__(self, teacher: str, batch_size: int, train_rows: int, val_percent: int = 5, val_rows: int = 128,
-                 seed: int = 0):
+                 seed: int = 0, per_device_batch: int | None = None):
         super().__init__()
         self.teacher, self.batch_size, self.train_rows = teacher, batch_size, train_rows
+        self.per_device_batch = per_device_batch or batch_size
         self.val_percent, self.val_rows, self.seed = val_percent, val_rows, seed
         self.train = self.val = None
 
@@ -126,7 +133,10 @@ class TeacherDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         step = self.trainer.global_step if self.trainer is not None else 0
         ds = RandomRows(self.train, self.train_rows, self.seed, start=step * self.batch_size)
-        return DataLoader(ds, batch_size=self.batch_size, shuffle=False, collate_fn=collate_rows, drop_last=True)
+        return DataLoader(ds, batch_size=self.per_device_batch, sampler=rank_sampler(ds, self.trainer),
+                          collate_fn=collate_rows, drop_last=True)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(FixedRows(self.val), batch_size=self.batch_size, shuffle=False, collate_fn=collate_rows)
+        ds = FixedRows(self.val)
+        return DataLoader(ds, batch_size=self.per_device_batch, sampler=rank_sampler(ds, self.trainer),
+                          collate_fn=collate_rows)

@@ -18,6 +18,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
+from ..distributed import DeviceConfig, make_trainer
 from ..resume import LogHistory, RngState
 from ..model.fingerprint import weights_fingerprint
 from ..model.io import save_checkpoint
@@ -31,8 +32,9 @@ from .shared import drafter_from_target, is_shared_drafter, load_shared_drafter,
 
 
 @dataclass
-class DeerTrainConfig:
-    """One stage of DEER alignment (deer.txt §3.1): Stage I AR-style distillation or Stage II refinement."""
+class DeerTrainConfig(DeviceConfig):
+    """One stage of DEER alignment (deer.txt §3.1): Stage I AR-style distillation or Stage II refinement.
+    Device fields: :class:`~workbench.distributed.DeviceConfig` (``batch_size`` is the global batch)."""
 
     stage: int = 1
     """1: AR-style distillation (Eq. 1–2); 2: Scribe refinement (Eq. 3–4), starting from the stage-1 drafter."""
@@ -90,8 +92,6 @@ class DeerTrainConfig:
     """Write checkpoints/last.ckpt every this many steps."""
     precision: str = "32-true"
     """Lightning precision ('32-true' or 'bf16-mixed')."""
-    accelerator: str = "auto"
-    """Lightning accelerator ('cpu', 'gpu', 'auto')."""
     resume: bool = True
     """Resume from out_dir/checkpoints/last.ckpt when it exists."""
     seed: int = 0
@@ -103,6 +103,7 @@ class DeerTrainConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` with a one-line reason for an inconsistent configuration."""
+        self.validate_devices()
         if self.stage not in SPANS:
             raise ValueError(f"unknown DEER stage {self.stage!r}; valid: {', '.join(map(str, SPANS))}")
         if self.stage == 2 and not self.drafter_init:
@@ -136,6 +137,14 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
     cfg.validate()
     settings = load_teacher(cfg.teacher).settings
     target_spec = cfg.target or settings["target"]
+    ckpt_dir = Path(cfg.out_dir) / "checkpoints"
+    ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=cfg.checkpoint_every,
+                           save_top_k=0, save_on_train_epoch_end=False)
+    # devices and the global-batch rule are checked before the run directory is written
+    trainer, plan = make_trainer(cfg, cfg.batch_size, val_check_steps=min(cfg.val_every, cfg.max_steps),
+                                 max_steps=cfg.max_steps, precision=cfg.precision, gradient_clip_val=cfg.grad_clip,
+                                 logger=CSVLogger(cfg.out_dir, name="logs", version=0), callbacks=[ckpt, RngState()],
+                                 enable_progress_bar=cfg.progress_bar, log_every_n_steps=10, max_time=cfg.max_time)
     out = prepare_run_dir(cfg.out_dir)
     (out / "config.yaml").write_text(yaml.safe_dump({**asdict(cfg), "target": target_spec}, sort_keys=False))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -155,16 +164,7 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
                         warmup_steps=cfg.warmup_steps, max_steps=cfg.max_steps, min_lr_ratio=cfg.min_lr_ratio,
                         seed=cfg.seed)
     data = TeacherDataModule(cfg.teacher, cfg.batch_size, cfg.max_steps * cfg.batch_size, cfg.val_percent,
-                             cfg.val_rows, cfg.seed)
-    ckpt_dir = out / "checkpoints"
-    ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=cfg.checkpoint_every,
-                           save_top_k=0, save_on_train_epoch_end=False)
-    trainer = pl.Trainer(max_steps=cfg.max_steps, accelerator=cfg.accelerator, devices=1, precision=cfg.precision,
-                         gradient_clip_val=cfg.grad_clip, val_check_interval=min(cfg.val_every, cfg.max_steps),
-                         check_val_every_n_epoch=None, logger=CSVLogger(out, name="logs", version=0),
-                         callbacks=[ckpt, RngState()],
-                         enable_progress_bar=cfg.progress_bar, log_every_n_steps=10, max_time=cfg.max_time,
-                         num_sanity_val_steps=0, enable_model_summary=False)
+                             cfg.val_rows, cfg.seed, per_device_batch=plan.per_device)
     last = ckpt_dir / "last.ckpt"
     resuming = cfg.resume and last.exists()
     history = LogHistory(out / "logs" / "version_0" / "metrics.csv", last if resuming else None)
@@ -172,6 +172,8 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
     t0 = time.time()
     trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
     wall = time.time() - t0
+    if not trainer.is_global_zero:                # rank 0 writes the drafter, metrics and log
+        return out / "drafter"
     history.after_fit()
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     meta = {"deer_stage": cfg.stage, "preset": None if cfg.drafter_init or shared else cfg.drafter_preset,

@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..corpus import by_split, load_corpus
-from ..data import EvenWindows, RandomWindows, encode_documents
+from ..data import EvenWindows, RandomWindows, encode_documents, rank_sampler
 
 SOURCES = ("corpus", "self_distill")
 
@@ -121,6 +121,7 @@ class DrafterDataModule(pl.LightningDataModule):
         self.corpus, self.min_prefix, self.max_prefix = corpus, min_prefix, max_prefix
         self.batch_size, self.train_windows, self.val_windows, self.seed = batch_size, train_windows, val_windows, seed
         self.tokenizer, self.distilled, self.distill_prompt_len = tokenizer, distilled, distill_prompt_len
+        self.per_device_batch = batch_size      # items per forward on one device (train lora sets it)
         self.train_tokens = self.val_tokens = None
 
     def setup(self, stage: str | None = None) -> None:
@@ -145,8 +146,9 @@ class DrafterDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         step = self.trainer.global_step if self.trainer is not None else 0
-        return DataLoader(self.train_dataset(step * self.batch_size), batch_size=self.batch_size, shuffle=False,
-                          drop_last=True)
+        ds = self.train_dataset(step * self.batch_size)
+        return DataLoader(ds, batch_size=self.per_device_batch, sampler=rank_sampler(ds, self.trainer), drop_last=True)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_dataset(), batch_size=self.batch_size, shuffle=False)
+        ds = self.val_dataset()
+        return DataLoader(ds, batch_size=self.per_device_batch, sampler=rank_sampler(ds, self.trainer))

@@ -22,6 +22,7 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
+from ..distributed import DeviceConfig, make_trainer
 from ..resume import LogHistory, RngState
 from ..utils import prepare_run_dir
 from .data import SOURCES, DrafterDataModule, self_distill_windows
@@ -33,8 +34,9 @@ DEFAULT_BASE = "builtin:tiny"  # = workbench/assets/tiny
 
 
 @dataclass
-class LoraTrainConfig:
-    """LoRA drafter training with the LK-hybrid + CE loss (NLD §3.3)."""
+class LoraTrainConfig(DeviceConfig):
+    """LoRA drafter training with the LK-hybrid + CE loss (NLD §3.3). Device fields:
+    :class:`~workbench.distributed.DeviceConfig` (``batch_size`` is the global batch)."""
 
     init_from: str = DEFAULT_BASE
     """Tri-mode checkpoint directory (or 'builtin:tiny') whose diffusion pathway gets the adapter."""
@@ -112,8 +114,6 @@ class LoraTrainConfig:
     """Checkpoint selection metric (maximised): val/tau_greedy or val/tau_expected."""
     precision: str = "32-true"
     """Lightning precision: '32-true' or 'bf16-mixed' (autocast, also on CPU)."""
-    accelerator: str = "auto"
-    """Lightning accelerator ('cpu', 'gpu', 'auto')."""
     seed: int = 0
     """Seed of the prefix cuts, draft sampling and data."""
     resume: bool = True
@@ -127,6 +127,7 @@ class LoraTrainConfig:
 
     def validate(self) -> None:
         """Raise a one-line ``ValueError`` for an inconsistent configuration."""
+        self.validate_devices()
         check_loss_name(self.loss)
         if self.rank <= 0:
             raise ValueError(f"LoRA rank must be positive, got {self.rank}")
@@ -231,35 +232,40 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
     model, tok = load_base(cfg.init_from, add_mask_token=cfg.add_mask_token)
     _check_context(model, cfg)
     cfg.target_modules = resolve_target_modules(model.backbone, list(cfg.target_modules))   # before any output
+    ckpt_dir = Path(cfg.out_dir) / "checkpoints"
+    best = ModelCheckpoint(dirpath=ckpt_dir, filename="best-{step}", monitor=cfg.monitor, mode="max", save_top_k=1,
+                           auto_insert_metric_name=False, save_on_train_epoch_end=False)
+    # devices and the global-batch rule are checked before the run directory is written
+    trainer, plan = make_trainer(cfg, cfg.batch_size, val_check_steps=min(cfg.val_every, cfg.max_steps),
+                                 max_steps=cfg.max_steps, precision=cfg.precision, gradient_clip_val=cfg.grad_clip,
+                                 logger=CSVLogger(cfg.out_dir, name="logs", version=0),
+                                 callbacks=[best, LastAfterValidation(ckpt_dir), RngState()],
+                                 enable_progress_bar=cfg.progress_bar, log_every_n_steps=min(10, cfg.max_steps),
+                                 max_time=cfg.max_time)
     out = prepare_run_dir(cfg.out_dir)
     import yaml
 
     (out / "config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     data = _build_data(model, tok, cfg, out)
+    data.per_device_batch = plan.per_device
     add_lora(model, cfg.rank, cfg.lora_alpha, cfg.lora_dropout, cfg.target_modules)
     model.train()                    # Llama has no dropout here; only LoRA dropout reacts to the mode
     module = LoraDrafterModule(model, cfg, pad_id=_pad_id(tok))
-    ckpt_dir = out / "checkpoints"
-    best = ModelCheckpoint(dirpath=ckpt_dir, filename="best-{step}", monitor=cfg.monitor, mode="max", save_top_k=1,
-                           auto_insert_metric_name=False, save_on_train_epoch_end=False)
-    trainer = pl.Trainer(max_steps=cfg.max_steps, accelerator=cfg.accelerator, devices=1, precision=cfg.precision,
-                         gradient_clip_val=cfg.grad_clip, val_check_interval=min(cfg.val_every, cfg.max_steps),
-                         check_val_every_n_epoch=None, logger=CSVLogger(out, name="logs", version=0),
-                         callbacks=[best, LastAfterValidation(ckpt_dir), RngState()],
-                         enable_progress_bar=cfg.progress_bar, log_every_n_steps=min(10, cfg.max_steps),
-                         max_time=cfg.max_time, num_sanity_val_steps=0, enable_model_summary=False)
     last = ckpt_dir / "last.ckpt"
     resuming = cfg.resume and last.exists()
     warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
     if cfg.baseline and not resuming:
         base_metrics = trainer.validate(module, datamodule=data, verbose=False)[0]
-        (out / "baseline.json").write_text(json.dumps(base_metrics, indent=2, sort_keys=True) + "\n")
+        if trainer.is_global_zero:
+            (out / "baseline.json").write_text(json.dumps(base_metrics, indent=2, sort_keys=True) + "\n")
     history = LogHistory(out / "logs" / "version_0" / "metrics.csv", last if resuming else None)
     history.before_fit()                        # one log across interruptions
     t0 = time.time()
     trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
     wall = time.time() - t0
+    if not trainer.is_global_zero:                # rank 0 writes the adapter, metrics and log
+        return out / "adapter"
     history.after_fit()
     best_path = best.best_model_path
     if best_path and Path(best_path).exists():

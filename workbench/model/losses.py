@@ -20,15 +20,25 @@ import torch.nn.functional as F
 AVERAGING = ("global", "sequence")
 
 
-def _average(token_loss: torch.Tensor, weight: torch.Tensor, averaging: str) -> torch.Tensor:
-    """Average ``token_loss`` ``(N, L)`` over positions where ``weight`` ``(N, L)`` is True."""
+def _average(token_loss: torch.Tensor, weight: torch.Tensor, averaging: str,
+             total_weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Average ``token_loss`` ``(N, L)`` over positions where ``weight`` ``(N, L)`` is True.
+
+    ``total_weight`` ``(G, L)``: the weights of the whole global batch when these ``N`` rows are one shard of
+    it (a DDP rank, an accumulation step). The normaliser (Eq. 5: ``Σ_n L_n``; Eq. 4: ``N'``) is then the
+    global batch's, and the result is this shard's *share*: the shares of all shards sum to the global
+    batch's average.
+    """
     w = weight.to(token_loss.dtype)
     if averaging == "global":
-        return (token_loss * w).sum() / w.sum().clamp_min(1.0)
+        denom = w.sum() if total_weight is None else total_weight.sum().to(token_loss.dtype)
+        return (token_loss * w).sum() / denom.clamp_min(1.0)
     if averaging == "sequence":
         per_seq = w.sum(dim=1)
         has = per_seq > 0
         seq_mean = (token_loss * w).sum(dim=1)[has] / per_seq[has]
+        if total_weight is not None:
+            return seq_mean.sum() / (total_weight.sum(dim=1) > 0).sum().clamp_min(1)
         return seq_mean.mean() if has.any() else token_loss.sum() * 0.0
     raise ValueError(f"unknown loss averaging {averaging!r}; valid: {', '.join(AVERAGING)}")
 
@@ -52,7 +62,7 @@ def ar_loss(logits: torch.Tensor, input_ids: torch.Tensor, valid: torch.Tensor |
 
 
 def diffusion_loss(logits: torch.Tensor, input_ids: torch.Tensor, masked: torch.Tensor, t: torch.Tensor,
-                   averaging: str = "global") -> torch.Tensor:
+                   averaging: str = "global", total_masked: torch.Tensor | None = None) -> torch.Tensor:
     """Block-diffusion loss (NLD Eq. 2): ``ℓ_{n,i} = -log p(x_i | x̃_t) / t`` on masked positions only.
 
     Args:
@@ -61,11 +71,14 @@ def diffusion_loss(logits: torch.Tensor, input_ids: torch.Tensor, masked: torch.
         masked: ``(N, L)`` bool, True where the noisy stream holds the mask token.
         t: ``(N, L)`` noise level of each position's block, in (0, 1].
         averaging: ``"global"`` (Eq. 5) or ``"sequence"`` (Eq. 4); contributing tokens = masked positions.
+        total_masked: optional ``(G, L)`` bool, the masks of the whole global batch when these ``N`` rows are
+            one shard of it (a DDP rank or an accumulation step): the result is then this shard's share of
+            the global batch's loss, normalised by the global count of masked tokens (see ``_average``).
 
     Returns a scalar tensor (nats, 1/t-weighted).
     """
     tok = F.cross_entropy(logits.flatten(0, 1).float(), input_ids.flatten(), reduction="none").view_as(input_ids)
-    return _average(tok / t, masked, averaging)
+    return _average(tok / t, masked, averaging, total_masked)
 
 
 def joint_loss(ar: torch.Tensor, diff: torch.Tensor, alpha: float) -> torch.Tensor:

@@ -218,6 +218,7 @@ class SamplerDataModule(pl.LightningDataModule):
         if batch_size <= 0 or block_rows <= 0 or num_workers < 0:
             raise ValueError("batch_size and block_rows must be positive, num_workers >= 0")
         self.store, self.block_length, self.batch_size = str(store), int(block_length), int(batch_size)
+        self.per_device_batch = self.batch_size     # rows per forward on one device (train sampler sets it)
         self.feature_dim, self.num_workers, self.seed = feature_dim, num_workers, seed
         self.block_rows, self.buffer_blocks = block_rows, buffer_blocks
         reader = StoreReader(store, block_length)
@@ -240,11 +241,12 @@ class SamplerDataModule(pl.LightningDataModule):
                                  f"val_fraction {val_fraction}): collect more prompts, change val_fraction or split_by")
         self.n_train_rows, self.n_val_rows = (int(self._counts[s].sum()) for s in ("train", "val"))
 
-    def _dataset(self, split: str) -> StoreRowStream:
-        t = self.trainer
+    def _dataset(self, split: str, batch_size: int | None = None, one_reader: bool = False) -> StoreRowStream:
+        t = None if one_reader else self.trainer
         rank, world = (t.global_rank, t.world_size) if t is not None else (0, 1)
         keep = self.val_traj if split == "val" else ~self.val_traj
-        return StoreRowStream(self.store, self.block_length, keep, self._counts[split], self.batch_size,
+        return StoreRowStream(self.store, self.block_length, keep, self._counts[split],
+                              batch_size or self.per_device_batch,
                               self.feature_dim, shuffle=split == "train", seed=self.seed, block_rows=self.block_rows,
                               buffer_blocks=self.buffer_blocks, rank=rank, world_size=world, equalize=split == "train")
 
@@ -283,3 +285,8 @@ class SamplerDataModule(pl.LightningDataModule):
         """Batches per epoch on this rank (epoch 0; other epochs differ by at most a few batches)."""
         ds = self._dataset("train")
         return sum(ds.batch_caps(max(1, self.num_workers)))
+
+    def train_steps_per_epoch(self) -> int:
+        """Optimiser steps per epoch (epoch 0): batches of the global ``batch_size`` on one device, the same
+        whatever the devices and accumulation (the schedule's horizon)."""
+        return sum(self._dataset("train", self.batch_size, one_reader=True).batch_caps(max(1, self.num_workers)))

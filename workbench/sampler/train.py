@@ -22,6 +22,7 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
+from ..distributed import DeviceConfig, make_trainer
 from ..resume import LogHistory, RngState
 from ..utils import prepare_run_dir
 from .data import SPLIT_BY, SamplerDataModule
@@ -30,8 +31,9 @@ from .network import SAMPLER_PRESETS, SamplerNet, count_parameters, sampler_pres
 
 
 @dataclass
-class SamplerTrainConfig:
-    """Training of the confidence sampler on a trajectory store (NLD App. A)."""
+class SamplerTrainConfig(DeviceConfig):
+    """Training of the confidence sampler on a trajectory store (NLD App. A). Device fields:
+    :class:`~workbench.distributed.DeviceConfig` (``batch_size`` is the global batch)."""
 
     store: str = "trajectories/tiny-serial.zarr"
     """Trajectory store (``workbench collect``)."""
@@ -52,7 +54,9 @@ class SamplerTrainConfig:
     feature_dim: int = 144
     """Feature width F; must equal the store's feature_spec."""
     batch_size: int = 256
-    """Block states (store rows) per optimiser step."""
+    """Block states (store rows) per optimiser step: the global batch, whatever the devices. Each epoch the
+    store's row blocks are dealt round-robin to the ranks' readers (``workbench.sampler.data``), so a step's
+    rows differ from a one-device run's, but an epoch covers the same rows once."""
     lr: float = 1e-3
     """Peak AdamW learning rate."""
     weight_decay: float = 0.01
@@ -79,8 +83,6 @@ class SamplerTrainConfig:
     """Row blocks in each reader's shuffle buffer."""
     precision: str = "32-true"
     """Lightning precision ('32-true', 'bf16-mixed')."""
-    accelerator: str = "auto"
-    """Lightning accelerator ('cpu', 'gpu', 'auto')."""
     seed: int = 0
     """Seed of initialisation and shuffling."""
     model: str | None = None
@@ -97,6 +99,7 @@ class SamplerTrainConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` (one line) for an inconsistent configuration."""
+        self.validate_devices()
         if self.preset not in SAMPLER_PRESETS:
             raise ValueError(f"unknown sampler preset {self.preset!r}; valid: {', '.join(SAMPLER_PRESETS)}")
         if self.split_by not in SPLIT_BY:
@@ -125,16 +128,7 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
     fingerprint = _model_fingerprint(cfg.model) if cfg.model else None
     data = SamplerDataModule(cfg.store, cfg.block_length, cfg.batch_size, cfg.feature_dim, cfg.val_fraction,
                              cfg.split_by, cfg.num_workers, cfg.seed, cfg.block_rows, cfg.buffer_blocks, fingerprint)
-    out = prepare_run_dir(cfg.out_dir)
-    import yaml
-
-    (out / "config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
-    pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    scfg = cfg.sampler_config()
-    net = SamplerNet(scfg)
-    total = cfg.max_steps if cfg.max_steps > 0 else cfg.max_epochs * data.train_batches_per_epoch()
-    module = SamplerModule(net, cfg.lr, cfg.weight_decay, min(cfg.warmup_steps, total // 10), total)
-    ckpt_dir = out / "checkpoints"
+    ckpt_dir = Path(cfg.out_dir) / "checkpoints"
     best = ModelCheckpoint(dirpath=ckpt_dir, filename="best-{epoch}-{step}", monitor="val/auc", mode="max",
                            save_top_k=1, auto_insert_metric_name=False)
     # the resume point: at the end of every epoch once it is complete (a resume then starts the next epoch), and
@@ -142,11 +136,23 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
     last_ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0, save_on_train_epoch_end=True,
                                 every_n_train_steps=cfg.val_every or None)
     stop = EarlyStopping(monitor="val/auc", mode="max", patience=cfg.patience, check_finite=False)
-    trainer = pl.Trainer(max_epochs=cfg.max_epochs, max_steps=cfg.max_steps, accelerator=cfg.accelerator, devices=1,
-                         precision=cfg.precision, logger=CSVLogger(out, name="logs", version=0),
-                         callbacks=[best, last_ckpt, stop, RngState(), *(callbacks or [])], enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
-                         val_check_interval=cfg.val_every, check_val_every_n_epoch=None if cfg.val_every else 1,
-                         num_sanity_val_steps=0, enable_model_summary=False)
+    # devices and the global-batch rule are checked before the run directory is written
+    trainer, plan = make_trainer(cfg, cfg.batch_size, val_check_steps=cfg.val_every, max_epochs=cfg.max_epochs,
+                                 max_steps=cfg.max_steps, precision=cfg.precision,
+                                 logger=CSVLogger(cfg.out_dir, name="logs", version=0),
+                                 callbacks=[best, last_ckpt, stop, RngState(), *(callbacks or [])],
+                                 enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
+                                 **({} if cfg.val_every else {"check_val_every_n_epoch": 1}))
+    data.per_device_batch = plan.per_device
+    out = prepare_run_dir(cfg.out_dir)
+    import yaml
+
+    (out / "config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    scfg = cfg.sampler_config()
+    net = SamplerNet(scfg)
+    total = cfg.max_steps if cfg.max_steps > 0 else cfg.max_epochs * data.train_steps_per_epoch()
+    module = SamplerModule(net, cfg.lr, cfg.weight_decay, min(cfg.warmup_steps, total // 10), total)
     last = ckpt_dir / "last.ckpt"
     warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
     resuming = cfg.resume and last.exists()
@@ -155,6 +161,8 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
     t0 = time.time()
     trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
     wall = time.time() - t0
+    if not trainer.is_global_zero:                # rank 0 writes the sampler, metrics and log
+        return out / "sampler"
     history.after_fit()
     if best.best_model_path and Path(best.best_model_path).exists():
         state = torch.load(best.best_model_path, map_location="cpu", weights_only=True)["state_dict"]

@@ -18,6 +18,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
 from ..data import LMDataModule
+from ..distributed import BatchPlan, DeviceConfig, batch_plan, make_trainer
 from ..evaluation.metrics import whitespace_ids
 from ..model.io import save_checkpoint
 from ..model.load import load_model
@@ -38,8 +39,10 @@ OBJECTIVES = ("nld", "idlm")
 
 
 @dataclass
-class LMTrainConfig:
-    """Configuration of a tri-mode LM training run (every field settable from YAML or the command line)."""
+class LMTrainConfig(DeviceConfig):
+    """Configuration of a tri-mode LM training run (every field settable from YAML or the command line).
+    The device fields (``accelerator``, ``devices``, ``num_nodes``, ``strategy``, ``micro_batch_size``) come
+    from :class:`~workbench.distributed.DeviceConfig`; ``batch_size`` is the global batch."""
 
     preset: str = "tiny"
     """Model preset (micro, tiny, small) used when ``init_from`` is not given."""
@@ -57,7 +60,7 @@ class LMTrainConfig:
     seq_len: int = 256
     """Training window length in tokens (must be a multiple of every block length)."""
     batch_size: int = 16
-    """Windows per optimiser step."""
+    """Windows per optimiser step: the global batch, whatever the number of devices."""
     block_lengths: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
     """Block lengths B; one is drawn per batch so one checkpoint decodes at every B."""
     alpha: float = 0.3
@@ -91,8 +94,8 @@ class LMTrainConfig:
     """Block length of the validation diffusion loss."""
     precision: str = "bf16-mixed"
     """Lightning precision: 'bf16-mixed' (autocast on CPU and GPU) or '32-true'."""
-    accelerator: str = "auto"
-    """Lightning accelerator ('cpu', 'gpu', 'auto')."""
+    log_every_n_steps: int = 10
+    """Write the training metrics every this many optimiser steps."""
     checkpoint_every: int = 250
     """Write ``checkpoints/last.ckpt`` every this many steps (resume point)."""
     resume: bool = True
@@ -142,6 +145,7 @@ class LMTrainConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` with a one-line reason for an inconsistent configuration."""
+        self.validate_devices()
         if self.init_from is None and self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; valid: {', '.join(PRESETS)}")
         if self.averaging not in AVERAGING:
@@ -162,7 +166,8 @@ class LMTrainConfig:
         if self.lora_rank and self.ul_prob > 0:
             raise ValueError("unlikelihood steps train the AR pathway, which a gated LoRA keeps frozen; "
                              "set ul_prob 0 or lora_rank 0")
-        for name in ("seq_len", "batch_size", "max_steps", "val_every", "val_windows", "checkpoint_every"):
+        for name in ("seq_len", "batch_size", "max_steps", "val_every", "val_windows", "checkpoint_every",
+                     "log_every_n_steps"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not self.lr > 0:
@@ -201,13 +206,24 @@ class TriModeLMModule(pl.LightningModule):
     is skipped, and each step is :meth:`gated_step`. ``objective: idlm`` trains I-DLM's loss instead of NLD's.
 
     ``val_prompts`` are ``(prompt ids, real continuation ids)`` pairs for the decoded validation acceptance.
+
+    **Several devices.** ``plan`` (:func:`~workbench.distributed.batch_plan`) says how a step's global batch of
+    ``G`` windows is split over ranks and accumulation steps. The noise is drawn for all ``G`` windows from the
+    step's generator and each forward takes its own windows' rows (:meth:`shard_noise`), and the diffusion
+    loss is normalised by the global batch's count of masked tokens (Eq. 5) or sequences (Eq. 4). With DDP's
+    gradient averaging and Lightning's accumulation, the step's gradient is then the one-device gradient
+    (``tests/test_distributed.py``). The AR term needs nothing: every window has the same number of targets.
+    Not sharded exactly: I-DLM's ŝ (estimated per forward) and unlikelihood steps (noise drawn per forward).
     """
 
     def __init__(self, model: TriModeLM, cfg: LMTrainConfig, whitespace: frozenset[int] = frozenset(),
-                 val_prompts: list[tuple[list[int], list[int]]] | None = None):
+                 val_prompts: list[tuple[list[int], list[int]]] | None = None, plan: BatchPlan | None = None):
         super().__init__()
         self.model, self.cfg, self.whitespace = model, cfg, whitespace
         self.val_prompts = val_prompts or []
+        self.plan = plan or batch_plan(cfg.batch_size, 1)
+        self.shards = self.plan.world * self.plan.accumulate    # forwards per optimiser step, all ranks
+        self.sync = self.plan.world > 1                          # logged values: mean over ranks
         # a gated run checkpoints only what trains (the frozen base comes from init_from)
         self.strict_loading = not (model is not None and model.gated)
 
@@ -219,7 +235,36 @@ class TriModeLMModule(pl.LightningModule):
             trainable = {n for n, p in self.named_parameters() if p.requires_grad}
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
 
-    def gated_step(self, batch: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, dict]:
+    def shard_noise(self, batch: torch.Tensor, rows: torch.Tensor, b: int, g: torch.Generator):
+        """NLD's block noise (:func:`~workbench.model.noise.mask_blocks`) drawn from ``g`` for the step's whole
+        global batch ``(G, L)``, of which ``batch`` ``(N, L)`` holds rows ``rows`` ``(N,)``: each window gets
+        the noise it gets on one device. Returns ``(noisy, masked, t, total_masked)``; ``total_masked``
+        ``(G, L)`` is None when this forward is the whole step (one device, no accumulation)."""
+        template = torch.zeros(self.plan.global_batch, batch.shape[1], dtype=batch.dtype)
+        _, masked_all, t_all = mask_blocks(template, b, self.model.mask_token_id, self.cfg.t_min, g)
+        idx = rows.cpu()
+        masked, t = masked_all[idx].to(batch.device), t_all[idx].to(batch.device)
+        noisy = torch.where(masked, torch.full_like(batch, self.model.mask_token_id), batch)
+        return noisy, masked, t, (masked_all.to(batch.device) if self.shards > 1 else None)
+
+    def diffusion_share(self, logits, batch, masked, t, total_masked) -> torch.Tensor:
+        """NLD Eq. 2 with Eq. 4/5 averaging over the step's global batch, scaled by the number of forwards per
+        step so that DDP's mean over ranks and Lightning's mean over accumulation steps give the global
+        batch's loss (and gradient) exactly. On one device without accumulation: :func:`diffusion_loss`."""
+        l_diff = diffusion_loss(logits, batch, masked, t, averaging=self.cfg.averaging, total_masked=total_masked)
+        return l_diff * self.shards if total_masked is not None else l_diff
+
+    def step_rows(self, index: torch.Tensor) -> torch.Tensor:
+        """Rows, inside the current step's global batch, of the windows with stream indices ``index`` ``(N,)``
+        (:class:`~workbench.data.LMDataModule`: step ``s`` holds windows ``s·G … (s+1)·G − 1``)."""
+        rows = index - self.global_step * self.plan.global_batch
+        if bool((rows < 0).any() or (rows >= self.plan.global_batch).any()):
+            raise RuntimeError(f"step {self.global_step} received windows {index.tolist()} outside its global batch "
+                               f"of {self.plan.global_batch}; the data stream and the step counter disagree")
+        return rows
+
+    def gated_step(self, batch: torch.Tensor, g: torch.Generator,
+                   rows: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
         """One step of a gated-LoRA conversion: the clean stream through the frozen base without gradient, the
         noisy stream with the adapter (:meth:`~workbench.model.trimode.TriModeLM.noisy_stream_logits`).
 
@@ -237,9 +282,10 @@ class TriModeLMModule(pl.LightningModule):
             clean_logits, noisy_logits = self.model.noisy_stream_logits(batch, noisy, b, causal_in_block=True)
             loss, l_mask, l_clean = idlm_loss(noisy_logits, clean_logits, batch)
             return loss, {"train/mask_loss": l_mask, "train/clean_loss": l_clean, "train/block_length": float(b)}
-        noisy, masked, t = mask_blocks(batch, b, self.model.mask_token_id, self.cfg.t_min, g)
+        rows = torch.arange(batch.shape[0]) if rows is None else rows
+        noisy, masked, t, total = self.shard_noise(batch, rows, b, g)
         _, noisy_logits = self.model.noisy_stream_logits(batch, noisy, b)
-        l_diff = diffusion_loss(noisy_logits, batch, masked, t, averaging=self.cfg.averaging)
+        l_diff = self.diffusion_share(noisy_logits, batch, masked, t, total)
         return l_diff, {"train/diff_loss": l_diff, "train/block_length": float(b)}
 
     def is_unlikelihood_step(self, step: int) -> bool:
@@ -247,40 +293,54 @@ class TriModeLMModule(pl.LightningModule):
         p = self.cfg.ul_prob
         return p > 0 and float(torch.rand(1, generator=step_generator(self.cfg.seed, step, 3))) < p
 
-    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        batch, index = batch                        # (N, L) windows and their stream indices (N,)
         step = self.global_step
         alpha = self.alpha_at(step)
+        rows = self.step_rows(index)
         if self.model.gated:
-            loss, logs = self.gated_step(batch, step_generator(self.cfg.seed, step, 1))
-            self.log_dict(logs, prog_bar=True)
+            loss, logs = self.gated_step(batch, step_generator(self.cfg.seed, step, 1), rows)
         elif self.cfg.objective == "idlm":
             g = step_generator(self.cfg.seed, step, 1)
             b = draw_block_length(self.cfg.block_lengths, g)
             clean_logits, noisy_logits = self.model.dual_stream_logits(
                 batch, torch.full_like(batch, self.model.mask_token_id), b, causal_in_block=True)
             loss, l_mask, l_clean = idlm_loss(noisy_logits, clean_logits, batch)
-            self.log_dict({"train/mask_loss": l_mask, "train/clean_loss": l_clean, "train/block_length": float(b)},
-                          prog_bar=True)
+            logs = {"train/mask_loss": l_mask, "train/clean_loss": l_clean, "train/block_length": float(b)}
         elif self.is_unlikelihood_step(step):
             loss, logs = unlikelihood_step(self.model, batch, self.cfg, step_generator(self.cfg.seed, step, 4),
                                            self.whitespace)
-            self.log_dict(logs, prog_bar=True)
         elif alpha == 0.0:
             loss = l_ar = ar_loss(self.model.causal_logits(batch), batch, averaging=self.cfg.averaging)
-            self.log_dict({"train/ar_loss": l_ar, "train/stage": 1.0}, prog_bar=True)
+            logs = {"train/ar_loss": l_ar, "train/stage": 1.0}
         else:
             g = step_generator(self.cfg.seed, step, 1)
             b = draw_block_length(self.cfg.block_lengths, g)
-            noisy, masked, t = mask_blocks(batch, b, self.model.mask_token_id, self.cfg.t_min, g)
+            noisy, masked, t, total = self.shard_noise(batch, rows, b, g)
             ar_logits, diff_logits = self.model.dual_stream_logits(batch, noisy, b)
             l_ar = ar_loss(ar_logits, batch, averaging=self.cfg.averaging)
-            l_diff = diffusion_loss(diff_logits, batch, masked, t, averaging=self.cfg.averaging)
+            l_diff = self.diffusion_share(diff_logits, batch, masked, t, total)
             loss = joint_loss(l_ar, l_diff, alpha)
-            self.log_dict({"train/ar_loss": l_ar, "train/diff_loss": l_diff, "train/stage": 2.0,
-                           "train/block_length": float(b)}, prog_bar=True)
-        self.log("train/loss", loss)
+            logs = {"train/ar_loss": l_ar, "train/diff_loss": l_diff, "train/stage": 2.0, "train/block_length": float(b)}
+        self.log_step({**logs, "train/loss": loss}, rows)
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
         return loss
+
+    def log_step(self, logs: dict, rows: torch.Tensor) -> None:
+        """Log a step's training metrics once per optimiser step: the mean over its accumulation forwards (each
+        forward's values are summed here and logged at the step's last forward) and over ranks
+        (``sync_dist``), so the logged loss is the global batch's whatever the devices and accumulation."""
+        a = self.plan.accumulate
+        values = {k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in logs.items()}
+        if a == 1:
+            self.log_dict(values, prog_bar=True, sync_dist=self.sync)
+            return
+        micro = int(rows[0] - self.global_rank) // (self.plan.world * self.plan.per_device)
+        acc = self._step_logs = {} if micro == 0 else self._step_logs
+        for k, v in values.items():
+            acc[k] = acc.get(k, 0.0) + v / a
+        if micro == a - 1:
+            self.log_dict(dict(acc), prog_bar=True, sync_dist=self.sync)
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
         b = self.cfg.val_block_length
@@ -294,7 +354,7 @@ class TriModeLMModule(pl.LightningModule):
             _, l_mask, l_ar = idlm_loss(noisy_logits, ar_logits, batch)
             tau = teacher_forced_tau(noisy_logits, ar_logits, b, shifted=True)
             self.log_dict({"val/ar_loss": l_ar, "val/mask_loss": l_mask, "val/tau_tf": tau}, batch_size=n,
-                          prog_bar=True)
+                          prog_bar=True, sync_dist=self.sync)
             return
         g = step_generator(self.cfg.seed, 10**9 + batch_idx, 2)
         noisy, masked, t = mask_blocks(batch, b, self.model.mask_token_id, self.cfg.t_min, g)
@@ -315,7 +375,7 @@ class TriModeLMModule(pl.LightningModule):
             _, full_logits = self.model.dual_stream_logits(batch, full, b)
         tau = teacher_forced_tau(full_logits, ar_logits, b, shifted=False)
         self.log_dict({"val/ar_loss": l_ar, "val/diff_loss": l_diff, "val/diff_ce": ce, "val/tau_tf": tau},
-                      batch_size=n, prog_bar=True)
+                      batch_size=n, prog_bar=True, sync_dist=self.sync)
 
     def on_validation_epoch_end(self) -> None:
         """Decode the held-out prompts with the objective's self-speculative decoder, greedy, at draft length /
@@ -488,23 +548,26 @@ def train_lm(cfg: LMTrainConfig) -> Path:
         raise ValueError(f"seq_len {cfg.seq_len} exceeds the model context ({ctx} tokens); use --seq_len <= {ctx}")
     from .. import tokenizer as _t
 
+    out = Path(cfg.out_dir)
+    ckpt_dir = out / "checkpoints"
+    ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=cfg.checkpoint_every,
+                           save_top_k=0, save_on_train_epoch_end=False)
+    # the trainer (devices, global-batch rule) is checked before the run directory is written
+    trainer, plan = make_trainer(
+        cfg, cfg.batch_size, max_steps=cfg.stop_at_step or cfg.max_steps, precision=cfg.precision,
+        gradient_clip_val=cfg.grad_clip, val_check_steps=cfg.val_every,
+        logger=[CSVLogger(out, name="logs", version=0), TensorBoardLogger(out, name="tb", version=0)],
+        callbacks=[ckpt, RngState()], enable_progress_bar=cfg.progress_bar, log_every_n_steps=cfg.log_every_n_steps,
+        max_time=cfg.max_time)
     data = LMDataModule(cfg.corpus, cfg.seq_len, cfg.batch_size, train_windows=cfg.max_steps * cfg.batch_size,
                         val_windows=cfg.val_windows, seed=cfg.seed,
-                        tokenizer=None if _t.is_byte_tokenizer(tok) else tok, train_data=cfg.train_data)
+                        tokenizer=None if _t.is_byte_tokenizer(tok) else tok, train_data=cfg.train_data,
+                        per_device_batch=plan.per_device)
     data.setup()                                # an empty corpus or split fails here, before the run directory
     out = prepare_run_dir(cfg.out_dir)
     (out / "config.yaml").write_text(_to_yaml(asdict(cfg)))
     whitespace = frozenset(whitespace_ids(tok, model.backbone.config.vocab_size)) if cfg.ul_prob > 0 else frozenset()
-    module = TriModeLMModule(model, cfg, whitespace, validation_prompts(cfg, tok))
-    ckpt_dir = out / "checkpoints"
-    ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=cfg.checkpoint_every,
-                           save_top_k=0, save_on_train_epoch_end=False)
-    trainer = pl.Trainer(max_steps=cfg.stop_at_step or cfg.max_steps, accelerator=cfg.accelerator, devices=1,
-                         precision=cfg.precision, gradient_clip_val=cfg.grad_clip,
-                         val_check_interval=cfg.val_every, check_val_every_n_epoch=None,
-                         logger=[CSVLogger(out, name="logs", version=0), TensorBoardLogger(out, name="tb", version=0)],
-                         callbacks=[ckpt, RngState()], enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
-                         max_time=cfg.max_time, num_sanity_val_steps=0, enable_model_summary=False)
+    module = TriModeLMModule(model, cfg, whitespace, validation_prompts(cfg, tok), plan)
     last = ckpt_dir / "last.ckpt"
     resuming = cfg.resume and last.exists()
     log_csv = out / "logs" / "version_0" / "metrics.csv"
@@ -513,6 +576,8 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     t0 = time.time()
     trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
     wall = time.time() - t0
+    if not trainer.is_global_zero:                # rank 0 writes the model, metrics and log
+        return out / "model"
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     meta = {"preset": cfg.preset if not cfg.init_from else None, "init_from": cfg.init_from,
             "block_lengths": list(cfg.block_lengths), "train_config": asdict(cfg), "objective": cfg.objective,

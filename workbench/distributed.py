@@ -1,0 +1,131 @@
+"""Devices, strategies and the global-batch rule shared by every ``workbench train`` command.
+
+Every training run is defined by its **global batch** ``G`` (windows, rows or block states per optimiser
+step), its step count and its learning-rate schedule, none of which depends on how many devices run it.
+Lightning's ``accelerator``, ``devices``, ``num_nodes``, ``strategy`` and ``precision`` only decide how a
+step is computed:
+
+    G = per-device batch × world size × gradient accumulation,    world size = devices × num_nodes
+
+:func:`batch_plan` checks the rule once, before anything is written, and :func:`make_trainer` builds the
+``pl.Trainer`` from it. The data modules then load ``per_device`` items per forward, and Lightning's
+distributed sampler deals the items of each step to the ranks (see :mod:`workbench.data` for the order).
+
+Launching: ``--devices N --strategy ddp`` on one machine re-runs the same command line once per extra rank
+(Lightning's subprocess launcher); on a SLURM cluster ``srun`` starts the ranks and Lightning reads the SLURM
+environment (README: Training on several devices). No distributed code of our own: Lightning's strategies
+do the work.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Lightning strategies a ``train`` command accepts (``deepspeed`` only where the package is installed).
+STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_find_unused_parameters_true", "fsdp", "deepspeed")
+
+
+@dataclass
+class DeviceConfig:
+    """The Lightning fields every ``train`` command takes from its config and command line (a mixin of the
+    commands' config dataclasses)."""
+
+    accelerator: str = "auto"
+    """Lightning accelerator ('cpu', 'gpu', 'auto')."""
+    devices: int = 1
+    """Devices (processes) per node. More than one needs a parallel ``strategy`` (auto picks DDP)."""
+    num_nodes: int = 1
+    """Nodes (machines); each runs ``devices`` processes. On SLURM, launch with ``srun`` (README)."""
+    strategy: str = "auto"
+    """Lightning strategy: 'auto', 'ddp', 'ddp_spawn', 'fsdp', or 'deepspeed' where installed."""
+    micro_batch_size: int | None = None
+    """Items per device per forward; the rest of the global batch is gradient accumulation. None: the global
+    batch divided by the world size (no accumulation)."""
+
+    def validate_devices(self) -> None:
+        """Raise ``ValueError`` (one line) for a bad device field (Lightning checks availability itself)."""
+        if self.devices < 1 or self.num_nodes < 1:
+            raise ValueError(f"devices and num_nodes must be ≥ 1, got {self.devices} and {self.num_nodes}")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {self.strategy!r}; valid: {', '.join(STRATEGIES)}")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be ≥ 1, got {self.micro_batch_size}")
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """How one optimiser step of ``global_batch`` items is computed: ``per_device`` items per forward on each
+    of ``world`` ranks, ``accumulate`` forwards per step (``global_batch = per_device · world · accumulate``)."""
+
+    global_batch: int
+    per_device: int
+    world: int
+    accumulate: int
+
+    def rows(self, rank: int, micro_step: int):
+        """Positions, inside the step's global batch, of the items rank ``rank`` sees in its forward number
+        ``micro_step`` (0-based within the step): with Lightning's distributed sampler over a sequential
+        dataset, rank ``r`` takes items ``r, r + world, r + 2·world, …`` of the stream. Returns a
+        ``torch.long`` tensor of ``per_device`` positions."""
+        import torch
+
+        j = micro_step * self.per_device + torch.arange(self.per_device)
+        return rank + self.world * j
+
+
+def batch_plan(global_batch: int, world: int, micro_batch_size: int | None = None) -> BatchPlan:
+    """The :class:`BatchPlan` of a global batch on ``world`` ranks.
+
+    Raises ``ValueError`` with the numbers when ``world`` (times ``micro_batch_size``) does not divide
+    ``global_batch``.
+    """
+    if global_batch < 1 or world < 1:
+        raise ValueError(f"the global batch and the world size must be ≥ 1, got {global_batch} and {world}")
+    if micro_batch_size is None and global_batch % world:
+        raise ValueError(f"global batch {global_batch} is not divisible by the world size {world} (devices × "
+                         f"num_nodes); choose a batch_size that is a multiple of {world}")
+    per_device = micro_batch_size or global_batch // world
+    if global_batch % (per_device * world):
+        raise ValueError(f"global batch {global_batch} is not a multiple of micro_batch_size {per_device} × world "
+                         f"size {world} = {per_device * world}; change batch_size or micro_batch_size")
+    return BatchPlan(global_batch, per_device, world, global_batch // (per_device * world))
+
+
+def is_rank_zero() -> bool:
+    """Whether this process is global rank 0, known before ``trainer.fit`` (Lightning reads the rank that its
+    launcher or SLURM put in the environment). Files that one process writes (logs kept across resumes, the
+    final model) are written by rank 0 only."""
+    from pytorch_lightning.utilities import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) == 0
+
+
+def make_trainer(cfg: DeviceConfig, global_batch: int, val_check_steps: int | None = None, **kwargs):
+    """A ``pl.Trainer`` on ``cfg``'s accelerator, devices, nodes and strategy, with the gradient accumulation
+    of :func:`batch_plan`, and that plan. ``val_check_steps``: validate every this many optimiser steps
+    (Lightning counts forwards, so it is multiplied by the accumulation). ``kwargs`` go to ``pl.Trainer``
+    (precision, loggers, callbacks …).
+
+    Build it before writing any output: Lightning raises here for devices it cannot see, and the plan for
+    a batch the devices do not divide. Raises ``ValueError`` (:func:`batch_plan`) and Lightning's
+    ``MisconfigurationException``.
+    """
+    import pytorch_lightning as pl
+
+    cfg.validate_devices()
+    strategy = cfg.strategy
+    if strategy == "deepspeed":
+        import importlib.util
+
+        if importlib.util.find_spec("deepspeed") is None:
+            raise ValueError("strategy 'deepspeed' needs the deepspeed package (pip install deepspeed); "
+                             "use 'ddp' or 'fsdp'")
+    plan = batch_plan(global_batch, cfg.devices * cfg.num_nodes, cfg.micro_batch_size)
+    defaults = dict(num_sanity_val_steps=0, enable_model_summary=False)
+    if val_check_steps is not None:
+        defaults.update(val_check_interval=val_check_steps * plan.accumulate, check_val_every_n_epoch=None)
+    trainer = pl.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, num_nodes=cfg.num_nodes,
+                         strategy=strategy, accumulate_grad_batches=plan.accumulate, **{**defaults, **kwargs})
+    return trainer, plan
+
+
+__all__ = ["DeviceConfig", "BatchPlan", "batch_plan", "make_trainer", "is_rank_zero", "STRATEGIES"]
