@@ -36,3 +36,19 @@ def test_pruning_callback_raises_when_pruner_says_so():
     T.callback_metrics = {"val/auc": 0.95}
     trial2 = study.ask()
     PruningCallback(trial2).on_validation_end(T(), None)  # above the threshold: not pruned
+
+
+def test_sampler_hpo_two_workers_share_the_study(tmp_path):
+    """``n_workers=2`` on the default SQLite storage: both processes train trials of the one study, no trial
+    number repeats, and the reported best is the best over every worker's trials."""
+    store = make_store(tmp_path / "s.zarr")
+    cfg = SamplerHPOConfig(store=str(store), block_length=8, out_dir=str(tmp_path / "hpo"), n_trials=4, widths=[16, 32],
+                           depth_high=2, max_epochs=2, val_every=None, batch_size=64, n_workers=2,
+                           keep_trial_dirs=True)
+    r = run_sampler_hpo(cfg)
+    study = optuna.load_study(study_name=cfg.study, storage=f"sqlite:///{tmp_path / 'hpo' / 'optuna.db'}")
+    finished = [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+    assert 4 <= len(finished) <= 5 and len(finished) == len(study.trials)      # none lost, none left running
+    assert len({t.user_attrs["worker"] for t in finished}) == 2
+    done = [t for t in finished if t.state == optuna.trial.TrialState.COMPLETE]
+    assert r["best"]["val_auc"] == max(t.value for t in done)

@@ -4,6 +4,8 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
+from pathlib import Path
 
 import optuna
 import pandas as pd
@@ -83,3 +85,84 @@ def test_resumed_study_does_not_redraw_the_first_trials(tmp_path):
     again = open_study("s", None, tmp_path / "other", "tpe", 0, directions=["maximize", "maximize"])
     again.optimize(lambda t: (t.suggest_float("threshold", 0.3, 1.0), 0.0), n_trials=4)
     assert [t.params["threshold"] for t in again.trials] == first
+
+
+# ------------------------------------------------------------------------------ several workers on one study
+def test_two_workers_on_one_journal_study(tmp_path, micro_checkpoint, small_corpus):
+    """``--n_workers 2`` on a journal file: both processes run trials of the one study, trial numbers are
+    unique and dense, no parameters are proposed twice, and the exported Pareto front is the non-dominated set
+    of all trials of both workers."""
+    out, journal = tmp_path / "sweep", tmp_path / "shared" / "study.journal"
+    p = subprocess.run([sys.executable, "-m", "workbench.cli", *_args(micro_checkpoint, small_corpus, out, 10),
+                        "--n_workers", "2", "--storage", str(journal), "--tune_block_length", "false"],
+                       cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    s = optuna.load_study(study_name="threshold-sweep", storage=JournalStorage(JournalFileBackend(str(journal))))
+    trials = s.trials
+    assert [t.number for t in trials] == list(range(len(trials)))
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert 10 <= len(trials) <= 11                    # MaxTrialsCallback: at most n_workers - 1 extra
+    workers = {t.user_attrs["worker"] for t in trials}
+    assert len(workers) == 2, workers                  # both processes ran trials
+    thresholds = [t.params["threshold"] for t in trials]
+    assert len(set(thresholds)) == len(thresholds)     # distinct seeds: no proposal repeated
+    front = pd.read_parquet(out / "pareto.parquet")
+    values = [(t.values[0], t.values[1]) for t in trials]
+    nondominated = {t.number for t, v in zip(trials, values)
+                    if not any(w[0] >= v[0] and w[1] >= v[1] and w != v for w in values)}
+    assert set(front["number"]) == nondominated
+
+
+def _toy_worker(journal: str, n_trials: int, index: int, ready) -> None:
+    """A worker of a toy study: worker 1's first trial hangs (it is to be killed); worker 0 first waits for
+    that trial to run and kills its process, then works normally."""
+    from workbench.tune.storage import mark_worker, open_study
+    from workbench.tune.workers import optimize_until, worker_seed
+
+    study = open_study("toy", journal, Path(journal).parent, "tpe", worker_seed(0, index), direction="minimize")
+    ready()
+    if index == 0:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            other = [t for t in study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+                     if t.user_attrs.get("worker", "").rpartition(":")[2] not in ("", str(os.getpid()))]
+            if other:
+                os.kill(int(other[0].user_attrs["worker"].rpartition(":")[2]), signal.SIGKILL)
+                break
+            time.sleep(0.05)
+
+    def objective(trial):
+        mark_worker(trial)
+        x = trial.suggest_float("x", -10, 10)
+        if index == 1 and not trial.user_attrs.get("slept"):
+            trial.set_user_attr("slept", True)
+            time.sleep(120)
+        return (x - 2) ** 2
+
+    optimize_until(study, objective, n_trials, (optuna.trial.TrialState.COMPLETE,))
+
+
+def test_worker_killed_mid_trial_leaves_the_study_usable(tmp_path):
+    """A worker SIGKILLed inside a trial: its trial is failed, Optuna's retry callback enqueues the same
+    parameters, the parent runs it, the study reaches its trials, and the best value is the best over them."""
+    from workbench.tune.storage import open_study
+    from workbench.tune.workers import run_workers
+
+    journal = str(tmp_path / "toy.journal")
+    study = open_study("toy", journal, tmp_path, "tpe", 0, direction="minimize")
+    exits = run_workers(partial(_toy_worker, journal, 6), 2, study)
+    assert exits == [-signal.SIGKILL]
+    trials = study.trials
+    failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    assert len(failed) == 1 and failed[0].user_attrs.get("slept")
+    retried = [t for t in trials if t.system_attrs.get("failed_trial") == failed[0].number]
+    assert len(retried) == 1 and retried[0].state == optuna.trial.TrialState.COMPLETE
+    assert retried[0].params == failed[0].params
+    done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) >= 6 and not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert study.best_value == min(t.value for t in done)
+    study.optimize(lambda t: t.suggest_float("x", -10, 10) ** 2, n_trials=1)    # still usable

@@ -8,6 +8,7 @@ does the same two calls (``trial.report`` + ``trial.should_prune``) as a ``pytor
 from __future__ import annotations
 
 import json
+from functools import partial
 import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -18,6 +19,7 @@ import pytorch_lightning as pl
 
 from ..utils import prepare_run_dir
 from .storage import mark_worker, open_study
+from .workers import optimize_until, run_workers, worker_seed
 
 
 class PruningCallback(pl.Callback):
@@ -71,36 +73,23 @@ class SamplerHPOConfig:
     keep_trial_dirs: bool = False
     """Keep every trial's run directory (default: only the best trial's sampler is kept)."""
     seed: int | None = 0
-    """Optuna sampler seed (a resumed study uses seed + its trial count; give parallel workers their own)."""
+    """Optuna sampler seed (a resumed study uses seed + its trial count; worker i of ``n_workers`` uses
+    seed + 7919·i; machines sharing one storage need their own)."""
+    n_workers: int = 1
+    """Worker processes on this machine, all on the one study (``workbench.tune.workers``)."""
 
 
 def run_sampler_hpo(cfg: SamplerHPOConfig) -> dict:
     """Create or resume the study and run it to ``n_trials`` finished trials; returns the best trial."""
-    from ..sampler.train import SamplerTrainConfig, train_sampler
-
+    if cfg.n_workers < 1:
+        raise ValueError(f"--n_workers must be ≥ 1, got {cfg.n_workers}")
     out = prepare_run_dir(cfg.out_dir)
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = open_study(cfg.study, cfg.storage, out, "tpe", cfg.seed, direction="maximize",
-                       pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=cfg.val_every or 0))
-    base = SamplerTrainConfig(store=cfg.store, block_length=cfg.block_length, max_epochs=cfg.max_epochs,
-                              val_every=cfg.val_every, batch_size=cfg.batch_size, progress_bar=False, resume=False)
-    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-
-    def objective(trial: optuna.Trial) -> float:
-        mark_worker(trial)
-        d = trial.suggest_categorical("d_model", cfg.widths)
-        tcfg = replace(base, out_dir=str(out / f"trial-{trial.number:03d}"), lr=trial.suggest_float("lr", cfg.lr_low, cfg.lr_high, log=True),
-                       d_model=d, heads=max(1, d // 32), depth=trial.suggest_int("depth", cfg.depth_low, cfg.depth_high))
-        train_sampler(tcfg, callbacks=[PruningCallback(trial)])
-        metrics = json.loads((Path(tcfg.out_dir) / "metrics.json").read_text())
-        return float(metrics["best_val_auc"])
-
+    study = _open(cfg, 0)
     t0 = time.time()
-    n_done = sum(t.state in finished for t in study.trials)
-    if n_done < cfg.n_trials:
-        study.optimize(objective, n_trials=cfg.n_trials - n_done,
-                       callbacks=[optuna.study.MaxTrialsCallback(cfg.n_trials, states=finished)])
+    if _finished(study) < cfg.n_trials:
+        run_workers(partial(_hpo_worker, asdict(cfg)), cfg.n_workers, study)
     df = study.trials_dataframe()
     df.to_parquet(out / "trials.parquet", index=False)
     best = study.best_trial
@@ -112,6 +101,45 @@ def run_sampler_hpo(cfg: SamplerHPOConfig) -> dict:
     states = df["state"].value_counts().to_dict() if len(df) else {}
     return {"study": cfg.study, "best": {"number": best.number, "val_auc": best.value, **best.params},
             "states": states, "wall_s": time.time() - t0, "out_dir": str(out)}
+
+
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
+def _finished(study: optuna.Study) -> int:
+    return sum(t.state in FINISHED for t in study.trials)
+
+
+def _open(cfg: SamplerHPOConfig, index: int) -> optuna.Study:
+    return open_study(cfg.study, cfg.storage, Path(cfg.out_dir), "tpe", worker_seed(cfg.seed, index),
+                      direction="maximize",
+                      pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=cfg.val_every or 0))
+
+
+def _hpo_worker(cfg: dict, index: int, ready=lambda: None) -> None:
+    """Worker ``index`` of the study (:func:`~workbench.tune.workers.run_workers`): wait for the other workers
+    (``ready``), then train samplers until the study has ``n_trials`` finished trials."""
+    from ..sampler.train import SamplerTrainConfig, train_sampler
+
+    cfg = SamplerHPOConfig(**cfg)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    out = Path(cfg.out_dir)
+    study = _open(cfg, index)
+    base = SamplerTrainConfig(store=cfg.store, block_length=cfg.block_length, max_epochs=cfg.max_epochs,
+                              val_every=cfg.val_every, batch_size=cfg.batch_size, progress_bar=False, resume=False)
+
+    def objective(trial: optuna.Trial) -> float:
+        mark_worker(trial)
+        d = trial.suggest_categorical("d_model", cfg.widths)
+        tcfg = replace(base, out_dir=str(out / f"trial-{trial.number:03d}"),
+                       lr=trial.suggest_float("lr", cfg.lr_low, cfg.lr_high, log=True), d_model=d,
+                       heads=max(1, d // 32), depth=trial.suggest_int("depth", cfg.depth_low, cfg.depth_high))
+        train_sampler(tcfg, callbacks=[PruningCallback(trial)])
+        metrics = json.loads((Path(tcfg.out_dir) / "metrics.json").read_text())
+        return float(metrics["best_val_auc"])
+
+    ready()                                 # all workers set up: start together
+    optimize_until(study, objective, cfg.n_trials, FINISHED)
 
 
 def main(argv: list[str]) -> int:

@@ -7,9 +7,10 @@ No trial stays RUNNING for good:
   are failed whenever a worker starts a trial (``optimize`` calls :func:`optuna.storages.fail_stale_trials`) and
   when a study is opened, and :class:`~optuna.storages.RetryHeartbeatStaleTrialCallback` enqueues a retry with the same
   parameters (at most ``MAX_RETRY`` times).
-* **Journal file** (no heartbeat in Optuna 5): every trial records its worker (host and process id); when a
-  study is opened, a RUNNING trial of this host whose process is gone is failed and retried the same way. Trials of
-  other hosts are left to those hosts' next worker.
+* **Any storage**: every trial records its worker (host and process id); when a study is opened, and when a
+  ``--n_workers`` child died, a RUNNING trial of this host whose process is gone is failed at once and retried the
+  same way. On a journal file (no heartbeat in Optuna 5) trials of other hosts are left to those hosts' next
+  worker.
 """
 from __future__ import annotations
 
@@ -116,22 +117,22 @@ def _alive(pid: int) -> bool:
 
 def recover_stale_trials(study: optuna.Study) -> list[int]:
     """Fail the RUNNING trials of dead workers and enqueue their retries (see the module docstring); returns the
-    numbers of the trials failed. RDB storage: Optuna's heartbeat check; journal: this host's dead processes."""
+    numbers of the trials failed. Any storage: a trial of this host whose process is gone, at once; RDB storage
+    also: Optuna's heartbeat check (trials of other hosts silent for the grace period)."""
     from optuna.storages._heartbeat import BaseHeartbeat
     from optuna.trial import TrialState
 
     running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    host = socket.gethostname()
+    retry = _retry()
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        w = str(t.user_attrs.get("worker", ""))
+        h, _, pid = w.rpartition(":")
+        if h == host and pid.isdigit() and not _alive(int(pid)):
+            if study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+                retry(study, study._storage.get_trial(t._trial_id))
     if isinstance(study._storage, BaseHeartbeat):
         optuna.storages.fail_stale_trials(study)
-    else:
-        host = socket.gethostname()
-        retry = _retry()
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            w = str(t.user_attrs.get("worker", ""))
-            h, _, pid = w.rpartition(":")
-            if h == host and pid.isdigit() and not _alive(int(pid)):
-                if study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
-                    retry(study, study._storage.get_trial(t._trial_id))
     still = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
     return sorted(running - still)
 

@@ -4,6 +4,7 @@ name; several workers may share one storage; exports the Pareto front (Parquet) 
 from __future__ import annotations
 
 import json
+from functools import partial
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -14,6 +15,7 @@ import pandas as pd
 
 from ..utils import prepare_run_dir
 from .storage import make_storage, mark_worker, open_study
+from .workers import optimize_until, run_workers, worker_seed
 
 SWEEP_POLICIES = ("confidence", "sampler")
 ACCURACY_METRICS = ("agree_serial", "token_acc")
@@ -64,12 +66,17 @@ class SweepConfig:
     optuna_sampler: str = "tpe"
     """Optuna sampler: tpe (Optuna 5's default) or nsga2."""
     seed: int | None = 0
-    """Optuna sampler seed (a resumed study uses seed + its trial count; give parallel workers their own)."""
+    """Optuna sampler seed (a resumed study uses seed + its trial count; worker i of ``n_workers`` uses
+    seed + 7919·i; machines sharing one storage need their own)."""
+    n_workers: int = 1
+    """Worker processes on this machine, all on the one study (``workbench.tune.workers``)."""
     heartbeat_interval: int = 30
     """Seconds between heartbeats of a running trial (RDB storage); a trial silent for 3 intervals is failed and
     retried (a killed worker's trial never stays RUNNING)."""
 
     def validate(self) -> None:
+        if self.n_workers < 1:
+            raise ValueError(f"--n_workers must be ≥ 1, got {self.n_workers}")
         if self.heartbeat_interval <= 0:
             raise ValueError(f"--heartbeat_interval must be positive, got {self.heartbeat_interval}")
         if self.policy not in SWEEP_POLICIES:
@@ -144,23 +151,39 @@ def run_sweep(cfg: SweepConfig) -> dict:
     out = prepare_run_dir(cfg.out_dir)
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = open_study(cfg.study, cfg.storage, out, cfg.optuna_sampler, cfg.seed, cfg.heartbeat_interval,
-                       directions=["maximize", "maximize"])
+    study = _open(cfg, 0)
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         study.set_metric_names(["tpf", cfg.accuracy])
-    done = lambda: sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)  # noqa: E731
-    before = done()
+    before = _completed(study)
     t0 = time.time()
     if before < cfg.n_trials:
-        objective = ThresholdObjective(cfg)
-        study.optimize(objective, n_trials=cfg.n_trials - before,
-                       callbacks=[optuna.study.MaxTrialsCallback(cfg.n_trials, states=(optuna.trial.TrialState.COMPLETE,))])
+        run_workers(partial(_sweep_worker, asdict(cfg)), cfg.n_workers, study)
     trials = export_study(study, out, cfg.accuracy)
-    return {"study": cfg.study, "trials_before": before, "trials_after": done(), "wall_s": time.time() - t0,
-            "pareto": trials["pareto"].to_dict(orient="records"), "out_dir": str(out)}
+    return {"study": cfg.study, "trials_before": before, "trials_after": _completed(study),
+            "wall_s": time.time() - t0, "pareto": trials["pareto"].to_dict(orient="records"), "out_dir": str(out)}
+
+
+def _completed(study: optuna.Study) -> int:
+    return sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+
+
+def _open(cfg: SweepConfig, index: int) -> optuna.Study:
+    return open_study(cfg.study, cfg.storage, Path(cfg.out_dir), cfg.optuna_sampler, worker_seed(cfg.seed, index),
+                      cfg.heartbeat_interval, directions=["maximize", "maximize"])
+
+
+def _sweep_worker(cfg: dict, index: int, ready=lambda: None) -> None:
+    """Worker ``index`` of a sweep (:func:`~workbench.tune.workers.run_workers`): open the study, load the model,
+    wait for the other workers (``ready``) and run trials until the study has ``n_trials`` complete ones."""
+    cfg = SweepConfig(**cfg)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = _open(cfg, index)
+    objective = ThresholdObjective(cfg)
+    ready()                                 # all workers loaded: start together
+    optimize_until(study, objective, cfg.n_trials, (optuna.trial.TrialState.COMPLETE,))
 
 
 def export_study(study: optuna.Study, out: Path, accuracy: str = "accuracy") -> dict:

@@ -1,0 +1,130 @@
+"""Several Optuna worker processes on one study (``--n_workers`` of ``workbench sweep`` and ``sweep sampler``).
+
+Optuna's own model of parallel search: every worker opens the same study in a shared storage and calls
+``study.optimize``; the storage hands out trial numbers, so no trial is lost or run twice. On one machine
+:func:`run_workers` starts the extra workers as spawned processes. On several machines, start the same command
+on each, pointing ``--storage`` at one RDB URL (PostgreSQL / MySQL through Optuna's ``RDBStorage``) or one journal
+file on a shared file system; give each machine its own ``--seed``.
+
+Each worker gets its own sampler seed (``seed + 7919 · i``: workers that open the study at the same moment see
+the same trial count, so equal seeds would propose equal parameters) and ``cores / n_workers`` torch threads.
+A worker that dies mid-trial (killed, out of memory) leaves its trial RUNNING; when the others are done, the
+parent fails it and enqueues a retry with the same parameters (:func:`~workbench.tune.storage.recover_stale_trials`,
+Optuna's ``RetryHeartbeatStaleTrialCallback``) and runs what the study still lacks itself.
+
+``MaxTrialsCallback`` stops each worker once the study holds the wanted number of finished trials; workers
+that started their last trials at the same moment may finish up to ``n_workers − 1`` more (Optuna's own
+behaviour), none of them a duplicate.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Callable
+
+#: Seed offset between workers.
+SEED_STRIDE = 7919
+
+
+def worker_seed(seed: int | None, index: int) -> int | None:
+    """The sampler seed of worker ``index`` (0 = the parent) for a study seeded with ``seed`` (None: OS draws)."""
+    return None if seed is None else seed + SEED_STRIDE * index
+
+
+def _threads(n_workers: int) -> int:
+    return max(1, (os.cpu_count() or 1) // n_workers)
+
+
+#: Seconds a ready worker waits for the others before it starts trials alone.
+START_TIMEOUT_S = 600.0
+
+
+class _Ready:
+    """``ready()`` of a worker: wait at the start barrier (all workers loaded), at most :data:`START_TIMEOUT_S`."""
+
+    def __init__(self, barrier):
+        self.barrier = barrier
+
+    def __call__(self) -> None:
+        import threading
+
+        if self.barrier is None:
+            return
+        try:
+            self.barrier.wait(START_TIMEOUT_S)
+        except threading.BrokenBarrierError:     # a worker died before it was ready: go on without it
+            pass
+
+
+def _child(work: Callable[[int, Callable[[], None]], None], index: int, n_workers: int, barrier) -> None:
+    import torch
+
+    torch.set_num_threads(_threads(n_workers))
+    work(index, _Ready(barrier))
+
+
+def run_workers(work: Callable[[int, Callable[[], None]], None], n_workers: int, study=None) -> list[int]:
+    """Run ``work(i, ready)`` for ``i = 1 … n_workers − 1`` in spawned processes and ``work(0, ready)`` in this one,
+    at the same time; returns the children's exit codes (0: finished; negative: killed by that signal).
+
+    A worker calls ``ready()`` once it is set up (model loaded) and about to start trials: it waits there for the
+    others, so that all of them share the study from its first trials (a worker starting seconds late would
+    find a small study already done). ``work`` must be picklable (a module-level function or a
+    ``functools.partial`` of one). A child that fails does not stop the others. When one died and ``study``
+    (the workers' study) is given, its RUNNING trials of dead processes are failed with a retry enqueued
+    (:func:`~workbench.tune.storage.recover_stale_trials`), and ``work(0, ready)`` runs once more here to finish
+    the study. Raises ``ValueError`` for ``n_workers < 1``.
+    """
+    if n_workers < 1:
+        raise ValueError(f"n_workers must be ≥ 1, got {n_workers}")
+    if n_workers == 1:
+        work(0, _Ready(None))
+        return []
+    import torch
+
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(n_workers)
+    procs = [ctx.Process(target=_child, args=(work, i, n_workers, barrier), daemon=False)
+             for i in range(1, n_workers)]
+    for p in procs:
+        p.start()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(_threads(n_workers))
+    try:
+        work(0, _Ready(barrier))
+    except BaseException:
+        for p in procs:                     # this worker failed (or was interrupted): stop the others too
+            p.terminate()
+        raise
+    finally:
+        torch.set_num_threads(threads)
+        for p in procs:
+            p.join()
+    exits = [p.exitcode for p in procs]
+    if study is not None and any(exits):
+        from .storage import recover_stale_trials
+
+        recover_stale_trials(study)
+        work(0, _Ready(None))
+    return exits
+
+
+def optimize_until(study, objective, n_trials: int, states: tuple) -> None:
+    """One worker's share of a study: run ``objective`` until ``study`` holds ``n_trials`` trials in ``states``
+    (Optuna's ``MaxTrialsCallback``, so parallel workers stop together), then the retries of dead workers'
+    trials still queued (WAITING), so none is left behind."""
+    import optuna
+
+    def count(which) -> int:
+        return len(study.get_trials(deepcopy=False, states=which))
+
+    missing = n_trials - count(states)
+    if missing > 0:
+        study.optimize(objective, n_trials=missing,
+                       callbacks=[optuna.study.MaxTrialsCallback(n_trials, states=states)])
+    waiting = count((optuna.trial.TrialState.WAITING,))
+    if waiting:
+        study.optimize(objective, n_trials=waiting)
+
+
+__all__ = ["run_workers", "optimize_until", "worker_seed", "SEED_STRIDE"]
