@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # DEER drafter depth probe for SmolLM2 (issue 29 §1): equal Stage I budgets at several depths; the choice is
-# made on validation acceptance per drafter FLOP (scripts/deer_depth_table.py). Usage: deer_depth_probe.sh STEPS DEPTH...
+# made on validation acceptance per drafter FLOP (table: python scripts/deer_depth_table.py). Usage: deer_depth_probe.sh STEPS DEPTH...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=$1; shift
