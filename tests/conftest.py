@@ -59,12 +59,11 @@ def micro_checkpoint(tmp_path_factory, tokenizer) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
-def ar_checkpoint(tmp_path_factory) -> Path:
-    """A random-initialised two-layer Llama saved like a pretrained AR model: a small byte-level BPE tokenizer
-    trained on a few stdlib files with an end-of-sequence token and **no mask token** (as SmolLM2)."""
+def bpe_tokenizer():
+    """A small byte-level BPE tokenizer (320 tokens) trained on a few stdlib files, with an end-of-sequence
+    token and **no mask token** (as SmolLM2's)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     src = stdlib_root()
     texts = [(src / f).read_text() for f in ("json/decoder.py", "json/encoder.py", "textwrap.py", "string.py")]
@@ -73,7 +72,15 @@ def ar_checkpoint(tmp_path_factory) -> Path:
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(texts, trainer=trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>"],
                                                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+
+
+@pytest.fixture(scope="session")
+def ar_checkpoint(tmp_path_factory) -> Path:
+    """A random-initialised two-layer Llama saved like a pretrained AR model, with :func:`bpe_tokenizer`."""
+    from transformers import LlamaConfig
+
+    fast = bpe_tokenizer()
     cfg = LlamaConfig(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                       tie_word_embeddings=True, eos_token_id=fast.eos_token_id, pad_token_id=fast.eos_token_id,

@@ -225,6 +225,10 @@ class _OracleDrafter:
     def new_cache(self):
         return _TokenCache()
 
+    def call_backbone(self, ids, pos, mask, cache=None):       # TriModeLM's one masked forward
+        return self.backbone(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache,
+                             use_cache=cache is not None).logits
+
 
 @pytest.mark.parametrize("k", [1, 3, 8])
 def test_greedy_deer_equals_ar_greedy_with_random_drafter(k):

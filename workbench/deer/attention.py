@@ -18,7 +18,6 @@ import torch
 from transformers import DynamicCache
 
 from ..model.masks import cached_allowed, to_additive
-from ..model.trimode import cache_keyword
 
 
 def block_draft_allowed(key_valid: torch.Tensor, chunk_len: int, block_len: int) -> torch.Tensor:
@@ -58,8 +57,7 @@ def draft_block_logits(drafter, chunk: torch.Tensor, block: torch.Tensor, key_va
     w, b = chunk.shape[1], block.shape[1]
     pos = (key_valid.long().cumsum(dim=1) - 1).clamp_min(0)[:, -(w + b):]
     mask = to_additive(block_draft_allowed(key_valid, w, b), drafter.mask_dtype)
-    out = drafter.backbone(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=cache is not None,
-                           **{cache_keyword(drafter.backbone): cache})
+    logits = drafter.call_backbone(ids, pos, mask, cache)
     if cache is not None:
         cache.crop(-b)
-    return out.logits[:, w:]
+    return logits[:, w:]

@@ -137,8 +137,7 @@ def ar_token_logprobs(model, prompts: list[list[int]], generated: list[list[int]
             allowed[p + m:, p + m:] = same
             full = allowed[None] & kv[:, None, :]
             full |= torch.eye(s, dtype=torch.bool, device=dev)[None]
-            logits = model.backbone(input_ids=seq, position_ids=pos, attention_mask=to_additive(full, model.mask_dtype),
-                                    use_cache=False).logits
+            logits = model.call_backbone(seq, pos, to_additive(full, model.mask_dtype))
             first = p - 1 + blk * b  # logit index predicting the first token of each block
             idx = torch.where(gi % b == 0, first, p + m + gi - 1)
             pred = logits[:, idx]

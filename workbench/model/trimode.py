@@ -32,6 +32,7 @@ from transformers import DynamicCache, PreTrainedModel
 from ..tokenizer import TokenizerError
 from .gated_lora import is_gated, lora_positions
 from .masks import cached_allowed, dual_stream_allowed, dual_stream_mask, to_additive
+from .window import PositionCache, attention_layout, layer_masks
 
 
 @functools.lru_cache(maxsize=None)
@@ -56,7 +57,11 @@ class TriModeLM(nn.Module):
         mask_token_id: id of the mask token (must be < the backbone's vocabulary size), or ``None`` for a
             plain AR checkpoint (AR decoding only).
 
-    Raises ``ValueError`` if the mask token is outside the model's vocabulary.
+    Sliding-window models (Mistral, Gemma 2/3, …) get the window applied to every mask and a
+    :class:`~workbench.model.window.PositionCache` (:mod:`workbench.model.window`).
+
+    Raises ``ValueError`` if the mask token is outside the model's vocabulary, and
+    :class:`~workbench.model.window.UnsupportedArchitectureError` (one line) for attention it cannot serve.
     """
 
     def __init__(self, backbone: PreTrainedModel, mask_token_id: int | None):
@@ -66,6 +71,8 @@ class TriModeLM(nn.Module):
             raise ValueError(f"mask token id {mask_token_id} is outside the model vocabulary ({vocab}); "
                              "resize the embeddings after adding the mask token")
         self.backbone = backbone
+        #: Sliding-window layout of the backbone's layers (window None: full attention everywhere).
+        self.layout = attention_layout(backbone)
         self._mask_token_id = None if mask_token_id is None else int(mask_token_id)
         #: Hide the mask token's column from AR logits (set for a mask token added to a pretrained AR model,
         #: whose AR distribution must stay the base's; gated models always hide it).
@@ -137,7 +144,7 @@ class TriModeLM(nn.Module):
         gate = torch.zeros((n, 2 * seq_len), dtype=torch.bool, device=clean.device)
         gate[:, :seq_len] = True
         with lora_positions(self, gate):
-            logits = self.backbone(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=False).logits
+            logits = self.call_backbone(ids, pos, mask)
         return self._hide_mask(logits[:, seq_len:]), logits[:, :seq_len]
 
     def noisy_stream_logits(self, clean: torch.Tensor, noisy: torch.Tensor, block_length: int,
@@ -187,7 +194,31 @@ class TriModeLM(nn.Module):
 
     # ------------------------------------------------------------------ inference with a KV cache
     def new_cache(self) -> DynamicCache:
+        """An empty KV cache: the model's own ``DynamicCache``, or a :class:`~workbench.model.window.PositionCache`
+        of full layers for a sliding-window model."""
+        if self.layout.windowed:
+            return PositionCache()
         return DynamicCache(config=self.backbone.config)
+
+    def call_backbone(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None,
+                      cache: DynamicCache | None = None) -> torch.Tensor:
+        """The one backbone forward every masked path uses: ``ids`` ``(N, Q)`` at position ids ``pos`` ``(N, Q)``
+        with an additive mask ``(N or 1, 1, Q, cache_len + Q)`` (``None``: causal), appending to ``cache`` if
+        given. For a sliding-window model the window is applied to the mask on position ids
+        (:func:`~workbench.model.window.layer_masks`) and the cache records the new keys' positions.
+        Returns logits ``(N, Q, V)``."""
+        attn = mask
+        if self.layout.windowed:
+            k_pos = cache.key_positions(pos) if cache is not None else pos
+            if mask is None:
+                allowed = k_pos[:, None, :] <= pos[:, :, None]
+                attn = to_additive(allowed, self.mask_dtype)
+            attn = layer_masks(attn, pos, k_pos, self.layout)
+        kw = {cache_keyword(self.backbone): cache} if cache is not None else {}
+        out = self.backbone(input_ids=ids, position_ids=pos, attention_mask=attn, use_cache=cache is not None, **kw)
+        if cache is not None and self.layout.windowed:
+            cache.record(pos)
+        return out.logits
 
     def _cached_forward(self, ids: torch.Tensor, cache: DynamicCache, key_valid: torch.Tensor,
                         causal: bool) -> torch.Tensor:
@@ -202,8 +233,7 @@ class TriModeLM(nn.Module):
                          cache: DynamicCache) -> torch.Tensor:
         """One backbone forward of ``ids`` ``(N, Q)`` at ``pos`` ``(N, Q)`` with an additive mask
         ``(N, 1, Q, cache_len + Q)`` (``None``: causal) that appends to ``cache``. Returns logits ``(N, Q, V)``."""
-        kw = {cache_keyword(self.backbone): cache}
-        return self.backbone(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, **kw).logits
+        return self.call_backbone(ids, pos, mask, cache)
 
     def extend(self, ids: torch.Tensor, cache: DynamicCache, key_valid: torch.Tensor) -> torch.Tensor:
         """Causal forward that appends ``ids`` ``(N, Q)`` to ``cache`` (prefill, AR step, or the per-block

@@ -13,6 +13,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from ..decoding.base import autocast_for, left_pad
+from ..model.window import PositionCache
 
 
 class _PreallocatedLayer(DynamicLayer):
@@ -70,8 +71,14 @@ class PrefixBank:
         cache = self.model.new_cache()
         cols = self.valid.shape[1]
         for i, (k, v) in enumerate(zip(self.k, self.v)):
-            cache.layers[i] = _PreallocatedLayer(k.index_select(0, rows), v.index_select(0, rows), cols)
-        return cache, self.valid[rows]
+            if i < len(cache.layers):
+                cache.layers[i] = _PreallocatedLayer(k.index_select(0, rows), v.index_select(0, rows), cols)
+            else:                       # a lazily initialised cache (sliding-window models' PositionCache)
+                cache.layers.append(_PreallocatedLayer(k.index_select(0, rows), v.index_select(0, rows), cols))
+        valid = self.valid[rows]
+        if isinstance(cache, PositionCache):  # position ids of the bank's columns (invalid ones are masked)
+            cache.positions = (valid.long().cumsum(1) - 1).clamp_min(0)
+        return cache, valid
 
     @torch.no_grad()
     def commit(self, rows: list[int], blocks: torch.Tensor, col: int) -> None:
