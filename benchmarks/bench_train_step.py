@@ -83,7 +83,9 @@ def main() -> None:
     trainer = pl.Trainer(max_steps=a.steps, accelerator="cpu", devices=1, precision="bf16-mixed", gradient_clip_val=cfg.grad_clip,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          callbacks=[timer], num_sanity_val_steps=0, limit_val_batches=0)
-    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
+    # training items are (windows, stream indices) pairs (workbench.data.LMDataModule)
+    items = [(x, torch.arange(i * a.batch, (i + 1) * a.batch)) for i, x in enumerate(batches)]
+    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(items, batch_size=None))
     light = (timer.t1 - timer.t0) / (a.steps - a.warmup)
     print(json.dumps({"benchmark": "train_step", "preset": a.preset, "batch": a.batch, "seq_len": a.seq,
                       "threads": torch.get_num_threads(), "plain_s_per_step": round(plain, 4),

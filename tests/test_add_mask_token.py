@@ -71,3 +71,23 @@ def test_lora_target_is_the_family_attention_output_projection(tmp_path, ar_chec
     with pytest.raises(ValueError, match="--target_modules"):
         train_lora(cfg)
     assert not (tmp_path / "run").exists()
+
+
+def test_tokenizer_that_cannot_add_a_mask_token_is_a_one_line_error():
+    from workbench.tokenizer import require_mask_token
+
+    class Fixed:                                  # a vocabulary that takes no new tokens
+        mask_token_id = None
+
+        def add_special_tokens(self, tokens):
+            raise NotImplementedError("vocabulary is fixed")
+
+    class Silent(Fixed):                          # accepts the call but adds nothing
+        def add_special_tokens(self, tokens):
+            return 0
+
+    with pytest.raises(TokenizerError, match="Fixed tokenizer cannot add a \\[MASK\\] token .*vocabulary is fixed"):
+        require_mask_token(Fixed(), add=True)
+    with pytest.raises(TokenizerError, match="Silent tokenizer did not add a \\[MASK\\] token") as e:
+        require_mask_token(Silent(), add=True)
+    assert "\n" not in str(e.value)

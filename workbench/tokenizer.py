@@ -94,8 +94,8 @@ def is_byte_tokenizer(tok: PreTrainedTokenizerBase) -> bool:
 def require_mask_token(tok: PreTrainedTokenizerBase, add: bool = False) -> int:
     """Return the tokenizer's mask token id.
 
-    Raises :class:`TokenizerError` when the tokenizer has no mask token and ``add`` is false; with
-    ``add=True`` a ``[MASK]`` special token is added (the caller must then resize the model's
+    Raises :class:`TokenizerError` when the tokenizer has no mask token and ``add`` is false, or cannot add
+    one; with ``add=True`` a ``[MASK]`` special token is added (the caller must then resize the model's
     embeddings to ``len(tok)``).
     """
     if tok.mask_token_id is not None:
@@ -104,5 +104,12 @@ def require_mask_token(tok: PreTrainedTokenizerBase, add: bool = False) -> int:
         raise TokenizerError("the tokenizer has no mask token; rerun with --add_mask_token true to add [MASK] "
                              "(the model's embeddings are resized; decode, evaluate, speculate, demo and train lm "
                              "have it), or train lm --add_mask_token true once and use the saved model")
-    tok.add_special_tokens({"mask_token": MASK_TOKEN})
+    try:
+        tok.add_special_tokens({"mask_token": MASK_TOKEN})
+    except Exception as e:                      # a tokenizer whose vocabulary is fixed (e.g. a slow one)
+        raise TokenizerError(f"the {type(tok).__name__} tokenizer cannot add a {MASK_TOKEN} token ({e}); use a "
+                             "checkpoint whose tokenizer has a mask token, or a fast tokenizer") from None
+    if tok.mask_token_id is None:
+        raise TokenizerError(f"the {type(tok).__name__} tokenizer did not add a {MASK_TOKEN} token; use a "
+                             "checkpoint whose tokenizer has a mask token, or a fast tokenizer")
     return int(tok.mask_token_id)

@@ -31,6 +31,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from ..tokenizer import TokenizerError
 from .gated_lora import is_gated, lora_positions
+from .attention import dual_stream_block_mask, to_path
 from .masks import cached_allowed, dual_stream_allowed, dual_stream_mask, to_additive
 from .window import PositionCache, attention_layout, layer_masks
 
@@ -73,6 +74,9 @@ class TriModeLM(nn.Module):
         self.backbone = backbone
         #: Sliding-window layout of the backbone's layers (window None: full attention everywhere).
         self.layout = attention_layout(backbone)
+        #: How masks reach the attention (:mod:`workbench.model.attention`): 'dense' (additive float, the
+        #: reference), 'sdpa_bool' or 'flex'; switch with :func:`~workbench.model.attention.set_attention_path`.
+        self.attention_path = "dense"
         self._mask_token_id = None if mask_token_id is None else int(mask_token_id)
         #: Hide the mask token's column from AR logits (set for a mask token added to a pretrained AR model,
         #: whose AR distribution must stay the base's; gated models always hide it).
@@ -140,7 +144,12 @@ class TriModeLM(nn.Module):
         n, seq_len = clean.shape
         ids = torch.cat([noisy, clean], dim=1)
         pos = torch.arange(seq_len, device=clean.device).repeat(2).unsqueeze(0).expand(n, -1)
-        mask = dual_stream_mask(seq_len, block_length, self.mask_dtype, clean.device, causal_in_block)
+        if self.attention_path == "flex":
+            mask = dual_stream_block_mask(seq_len, block_length, clean.device, causal_in_block)
+        elif self.attention_path == "sdpa_bool":
+            mask = dual_stream_allowed(seq_len, block_length, clean.device, causal_in_block)[None, None]
+        else:
+            mask = dual_stream_mask(seq_len, block_length, self.mask_dtype, clean.device, causal_in_block)
         gate = torch.zeros((n, 2 * seq_len), dtype=torch.bool, device=clean.device)
         gate[:, :seq_len] = True
         with lora_positions(self, gate):
@@ -203,10 +212,11 @@ class TriModeLM(nn.Module):
     def call_backbone(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None,
                       cache: DynamicCache | None = None) -> torch.Tensor:
         """The one backbone forward every masked path uses: ``ids`` ``(N, Q)`` at position ids ``pos`` ``(N, Q)``
-        with an additive mask ``(N or 1, 1, Q, cache_len + Q)`` (``None``: causal), appending to ``cache`` if
-        given. For a sliding-window model the window is applied to the mask on position ids
-        (:func:`~workbench.model.window.layer_masks`) and the cache records the new keys' positions.
-        Returns logits ``(N, Q, V)``."""
+        with a mask ``(N or 1, 1, Q, cache_len + Q)`` (``None``: causal), appending to ``cache`` if given. The mask
+        is additive float, or already in :attr:`attention_path`'s representation (boolean, ``BlockMask``), and
+        is converted to that path (:func:`~workbench.model.attention.to_path`). For a sliding-window model the
+        window is applied on position ids (:func:`~workbench.model.window.layer_masks`) and the cache records the
+        new keys' positions. Returns logits ``(N, Q, V)``."""
         attn = mask
         if self.layout.windowed:
             k_pos = cache.key_positions(pos) if cache is not None else pos
@@ -214,6 +224,9 @@ class TriModeLM(nn.Module):
                 allowed = k_pos[:, None, :] <= pos[:, :, None]
                 attn = to_additive(allowed, self.mask_dtype)
             attn = layer_masks(attn, pos, k_pos, self.layout)
+        if self.attention_path != "dense" or (isinstance(attn, torch.Tensor) and attn.dtype == torch.bool):
+            path = self.attention_path
+            attn = {k: to_path(v, path) for k, v in attn.items()} if isinstance(attn, dict) else to_path(attn, path)
         kw = {cache_keyword(self.backbone): cache} if cache is not None else {}
         out = self.backbone(input_ids=ids, position_ids=pos, attention_mask=attn, use_cache=cache is not None, **kw)
         if cache is not None and self.layout.windowed:

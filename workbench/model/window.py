@@ -108,12 +108,15 @@ def layer_masks(mask: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor, la
     """The attention mask argument for a backbone of ``layout``: ``mask`` itself (no window); ``mask`` with the
     window applied (every layer sliding); or ``{"full_attention": mask, "sliding_attention": windowed}``.
 
-    ``mask``: additive ``(N or 1, 1, Q, K)``; ``q_pos`` ``(N, Q)`` and ``k_pos`` ``(N, K)``: position ids of the
+    ``mask``: additive or boolean ``(N or 1, 1, Q, K)``; ``q_pos`` ``(N, Q)`` and ``k_pos`` ``(N, K)``: position ids of the
     queries and of every key (cached keys first)."""
     if not layout.windowed:
         return mask
     inside = window_allowed(q_pos, k_pos, layout.window).unsqueeze(1)          # (N, 1, Q, K)
-    windowed = mask.masked_fill(~inside, torch.finfo(mask.dtype).min)
+    if mask.dtype == torch.bool:                                                # boolean masks (sdpa_bool path)
+        windowed = mask & inside
+    else:
+        windowed = mask.masked_fill(~inside, torch.finfo(mask.dtype).min)
     return {"full_attention": mask, "sliding_attention": windowed} if layout.mixed else windowed
 
 

@@ -22,6 +22,7 @@ from ..distributed import BatchPlan, DeviceConfig, batch_plan, make_trainer
 from ..evaluation.metrics import whitespace_ids
 from ..model.io import save_checkpoint
 from ..model.load import load_model
+from ..model.attention import check_attention_path, set_attention_path
 from ..model.gated_lora import DEFAULT_TARGETS
 from ..model.losses import AVERAGING, ar_loss, diffusion_loss, idlm_loss, joint_loss
 from ..model.noise import mask_blocks
@@ -96,6 +97,9 @@ class LMTrainConfig(DeviceConfig):
     """Lightning precision: 'bf16-mixed' (autocast on CPU and GPU) or '32-true'."""
     log_every_n_steps: int = 10
     """Write the training metrics every this many optimiser steps."""
+    attention: str = "dense"
+    """Attention path (``workbench.model.attention``): 'dense' (additive float masks, the reference),
+    'sdpa_bool' (PyTorch SDPA with boolean masks) or 'flex' (FlexAttention block masks; GPU)."""
     checkpoint_every: int = 250
     """Write ``checkpoints/last.ckpt`` every this many steps (resume point)."""
     resume: bool = True
@@ -146,6 +150,7 @@ class LMTrainConfig(DeviceConfig):
     def validate(self) -> None:
         """Raise ``ValueError`` with a one-line reason for an inconsistent configuration."""
         self.validate_devices()
+        check_attention_path(self.attention)
         if self.init_from is None and self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; valid: {', '.join(PRESETS)}")
         if self.averaging not in AVERAGING:
@@ -543,6 +548,7 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     check_train_dir(cfg.out_dir)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     model, tok = build_model(cfg)
+    set_attention_path(model, cfg.attention)
     ctx = int(getattr(model.backbone.config, "max_position_embeddings", 0) or 0)
     if ctx and cfg.seq_len > ctx:
         raise ValueError(f"seq_len {cfg.seq_len} exceeds the model context ({ctx} tokens); use --seq_len <= {ctx}")
