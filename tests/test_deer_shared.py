@@ -108,3 +108,41 @@ def test_shared_drafter_of_other_families(family):
     prompts = [[3, 17, 40, 9, 7], [12, 5, 8]]
     ref = ar_decode(target, prompts, 12).tokens
     assert deer_decode(target, drafter, prompts, 12, 4, sep_id=1).tokens == ref
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gpt2", "gemma3_text"])
+def test_fresh_drafter_is_of_the_target_family(family):
+    """A fresh preset drafter (``build_drafter``) is the target's own family at the preset's size, and so is a
+    drafter cut to its first layers (``keep_first_layers``); DEER with either stays AR greedy of the target."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from workbench.deer.models import build_drafter, keep_first_layers
+    from workbench.model.trimode import TriModeLM
+
+    kw = (dict(n_embd=32, n_layer=3, n_head=4, n_positions=128) if family == "gpt2" else
+          dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=8, max_position_embeddings=128))
+    if family == "gemma3_text":
+        kw.update(sliding_window=4, layer_types=["sliding_attention", "sliding_attention", "full_attention"])
+    torch.manual_seed(0)
+    target = TriModeLM(AutoModelForCausalLM.from_config(AutoConfig.for_model(family, vocab_size=64, **kw)).eval(), 63)
+
+    class Tok:                                   # the target's tokenizer, as build_drafter reads it
+        mask_token_id, sep_token_id, pad_token_id, eos_token_id, vocab_size = 63, 1, 0, 2, 64
+
+        def get_vocab(self):
+            return {f"t{i}": i for i in range(64)}
+
+    drafter, _ = build_drafter(target, Tok(), "deer_drafter", seed=0)
+    cfg = drafter.backbone.config
+    assert cfg.model_type == target.backbone.config.model_type
+    assert (cfg.hidden_size, cfg.num_hidden_layers) == (128, 3)
+    if family == "gemma3_text":
+        assert cfg.layer_types == ["sliding_attention", "sliding_attention", "full_attention"]
+    prompts = [[3, 17, 40, 9, 7, 5, 11, 30], [12, 5, 8]]
+    ref = ar_decode(target, prompts, 12).tokens
+    assert deer_decode(target, drafter.eval(), prompts, 12, 4, sep_id=1).tokens == ref
+    small = keep_first_layers(drafter, 1)
+    assert small.backbone.config.num_hidden_layers == 1 and len(small.backbone.get_submodule(
+        "transformer.h" if family == "gpt2" else "model.layers")) == 1
+    assert deer_decode(target, small, prompts, 12, 4, sep_id=1).tokens == ref

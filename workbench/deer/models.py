@@ -11,7 +11,7 @@ Drafter and target must share one tokenizer: draft token ids are fed to the targ
 from __future__ import annotations
 
 import torch
-from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, LlamaForCausalLM, PreTrainedTokenizerBase
 
 from ..model.presets import PRESETS, preset_config
 from ..model.trimode import TriModeLM
@@ -68,25 +68,60 @@ def load_target(spec: str, device: str | torch.device = "cpu") -> tuple[TriModeL
 def keep_first_layers(model: TriModeLM, n_layers: int) -> TriModeLM:
     """Drop every decoder layer of ``model`` after the first ``n_layers`` (in place; returns ``model``): a
     smaller drafter initialised from a trained tri-mode model (embeddings, first layers, final norm, head).
+    Any decoder-only family: the layer list is the one with ``num_hidden_layers`` entries (``model.layers``,
+    GPT-2's ``transformer.h``, ``gpt_neox.layers``), and ``layer_types`` is cut to match.
 
-    Raises ``ValueError`` when the backbone has no ``model.layers`` list (Llama-style) or ``n_layers`` is not
-    in ``1..len(layers)``.
+    Raises ``ValueError`` when the backbone has no layer list or ``n_layers`` is not in ``1..len(layers)``.
     """
-    layers = getattr(getattr(model.backbone, "model", None), "layers", None)
-    if not isinstance(layers, torch.nn.ModuleList):
-        raise ValueError("layer truncation needs a Llama-style backbone with backbone.model.layers")
+    from .shared import _layer_list
+
+    name, layers = _layer_list(model.backbone)
     if not 0 < n_layers <= len(layers):
         raise ValueError(f"init_layers must be in 1..{len(layers)}, got {n_layers}")
-    model.backbone.model.layers = torch.nn.ModuleList(list(layers)[:n_layers])
-    model.backbone.config.num_hidden_layers = n_layers
+    parent_name, _, attr = name.rpartition(".")
+    parent = model.backbone.get_submodule(parent_name) if parent_name else model.backbone
+    setattr(parent, attr, torch.nn.ModuleList(list(layers)[:n_layers]))
+    cfg = model.backbone.config
+    cfg.num_hidden_layers = n_layers
+    if getattr(cfg, "layer_types", None):
+        cfg.layer_types = list(cfg.layer_types)[:n_layers]
     return model
+
+
+def family_config(target_config, preset: str, vocab_size: int):
+    """The config of a fresh drafter in the target's own family, sized by ``preset`` (width, depth, heads):
+    the target's config with those fields replaced (Hugging Face's attribute names map them, e.g. GPT-2's
+    ``n_embd``), ``head_dim`` set to width / heads where the family has one, and ``layer_types`` following the
+    target's pattern. Llama targets get the preset's own ``LlamaConfig`` (:func:`~workbench.model.presets.preset_config`).
+    Raises ``ValueError`` for an unknown preset."""
+    import copy
+
+    from ..model.presets import preset_sizes
+
+    if target_config.model_type == "llama":
+        return preset_config(preset, vocab_size=vocab_size)
+    sizes = preset_sizes(preset)
+    cfg = copy.deepcopy(target_config)
+    cfg.vocab_size = vocab_size
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads"):
+        setattr(cfg, key, sizes[key])
+    for key in ("intermediate_size", "num_key_value_heads"):
+        if hasattr(cfg, key) and getattr(cfg, key) is not None:
+            setattr(cfg, key, sizes[key])
+    if getattr(cfg, "head_dim", None) is not None:
+        cfg.head_dim = sizes["hidden_size"] // sizes["num_attention_heads"]
+    if getattr(cfg, "layer_types", None):
+        pattern = list(cfg.layer_types)
+        cfg.layer_types = [pattern[i % len(pattern)] for i in range(sizes["num_hidden_layers"])]
+    return cfg
 
 
 def build_drafter(target: TriModeLM, target_tok: PreTrainedTokenizerBase, preset: str = "deer_drafter",
                   drafter_init: str | None = None, seed: int = 0, init_layers: int | None = None
                   ) -> tuple[TriModeLM, PreTrainedTokenizerBase]:
-    """The drafter: fresh from ``preset`` (vocabulary size and specials of the target) or loaded from the
-    tri-mode checkpoint ``drafter_init`` (optionally keeping only its first ``init_layers`` layers).
+    """The drafter: fresh from ``preset`` in the target's own family (:func:`family_config`; vocabulary size and
+    specials of the target) or loaded from the tri-mode checkpoint ``drafter_init`` (optionally keeping only its
+    first ``init_layers`` layers).
 
     Args:
         target: the AR target (only its vocabulary size is read).
@@ -116,11 +151,11 @@ def build_drafter(target: TriModeLM, target_tok: PreTrainedTokenizerBase, preset
     if preset not in PRESETS:
         raise ValueError(f"unknown drafter preset {preset!r}; valid: {', '.join(PRESETS)}")
     check_shared_tokenizer(target_tok, target_tok)          # needs [MASK] and [SEP]
-    cfg = preset_config(preset, vocab_size=target.backbone.get_input_embeddings().num_embeddings)
+    cfg = family_config(target.backbone.config, preset, target.backbone.get_input_embeddings().num_embeddings)
     cfg.pad_token_id, cfg.eos_token_id = target_tok.pad_token_id, target_tok.eos_token_id
     torch.manual_seed(seed)
-    backbone = LlamaForCausalLM(cfg).to(target.device)
-    return TriModeLM(backbone, int(target_tok.mask_token_id)), target_tok
+    backbone = (LlamaForCausalLM(cfg) if cfg.model_type == "llama" else AutoModelForCausalLM.from_config(cfg))
+    return TriModeLM(backbone.to(target.device), int(target_tok.mask_token_id)), target_tok
 
 
 def load_drafter(path: str, target: TriModeLM, target_tok: PreTrainedTokenizerBase) -> TriModeLM:

@@ -29,6 +29,14 @@ _PRESETS = {
 PRESETS = tuple(_PRESETS)
 
 
+def preset_sizes(name: str) -> dict:
+    """Width, depth, heads and context of preset ``name`` (the fields :func:`preset_config` sets). Raises
+    ``ValueError`` listing the valid presets for an unknown name."""
+    if name not in _PRESETS:
+        raise ValueError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
+    return dict(_PRESETS[name])
+
+
 def preset_config(name: str, vocab_size: int = BYTE_MODEL_VOCAB) -> LlamaConfig:
     """The ``LlamaConfig`` of preset ``name`` (``micro``, ``tiny``, ``small`` or ``deer_drafter``).
 
