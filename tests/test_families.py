@@ -5,7 +5,8 @@ checkpoint would. The sliding-window families get a window of 8 tokens, shorter 
 Default suite, per family: loading with ``--add_mask_token``, cached AR greedy equal to greedy decoding with the
 model's own uncached forward (left-padded batch), a cached diffusion block equal to the training dual stream,
 and confidence decoding. ``-m slow``, per family: ``train lm``, reload with plain transformers, collect and
-``store verify``, SOL, ``train lora`` and reload with peft, and linear self-speculation (lossless)."""
+``store verify``, SOL, ``train lora`` and reload with peft, linear self-speculation (lossless), ``train sampler``,
+the evaluation harness, the leaderboard, and DEER's teacher, Stage I (shared-layer drafter) and evaluation."""
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
@@ -125,8 +126,8 @@ def test_family_pipeline(tmp_path, tokenizer, small_corpus, family):
     greedy = [_reference_greedy(model, p, 12) for p in prompts]
     assert [t[:12] for t in spec.tokens] == greedy                   # lossless against AR greedy
     store = tmp_path / "s.zarr"
-    run_collect(CollectConfig(model=str(lm), corpus=str(small_corpus), out=str(store), n_prompts=2,
-                              blocks_per_prompt=1, block_lengths=[4], batch_size=2, context_len=32, feature_dim=24,
+    run_collect(CollectConfig(model=str(lm), corpus=str(small_corpus), out=str(store), n_prompts=4,
+                              blocks_per_prompt=2, block_lengths=[4], batch_size=2, context_len=32, feature_dim=24,
                               precision="fp32", accelerator="cpu", progress_bar=False))
     assert verify_store(store)["block_lengths"][4]["rows"] > 0
     sol = run_sol_eval(SolConfig(model=str(lm), corpus=str(small_corpus), n_prompts=2, gen_len=8, block_lengths=[4],
@@ -136,3 +137,46 @@ def test_family_pipeline(tmp_path, tokenizer, small_corpus, family):
         "--config", "workbench/configs/lora_micro.yaml", "--init_from", str(lm), "--corpus", str(small_corpus),
         "--out_dir", str(tmp_path / "lora"), "--progress_bar", "false", "--max_steps", "2", "--accelerator", "cpu"]))
     PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(lm), adapter)
+    # the confidence sampler on the family's store
+    from workbench.sampler.train import SamplerTrainConfig, train_sampler
+
+    train_sampler(SamplerTrainConfig(store=str(store), block_length=4, out_dir=str(tmp_path / "sampler"),
+                                     preset="micro", feature_dim=24, batch_size=8, max_epochs=1, val_fraction=0.5,
+                                     split_by="traj",
+                                     progress_bar=False, accelerator="cpu"))
+    # evaluation harness and leaderboard
+    from workbench.corpus import by_split, load_corpus
+    from workbench.evaluation.harness import EvalConfig, evaluate_model
+    from workbench.evaluation.prompts import make_prompts
+    from workbench.leaderboard.config import LeaderboardConfig
+    from workbench.leaderboard.run import run_leaderboard
+
+    held_out = make_prompts(by_split(load_corpus(str(small_corpus)), "test"), 2, 32, 8, tok)
+    df = evaluate_model(model, tok, held_out, EvalConfig(n_prompts=2, gen_len=8, block_lengths=[4], thresholds=[0.9],
+                                                        sample_temperatures=[0.8], precision="fp32",
+                                                        progress_bar=False))
+    assert len(df) and df["tpf"].notna().all()
+    board, _ = run_leaderboard(LeaderboardConfig(model=str(lm), corpus=str(small_corpus), n_prompts=2, prompt_len=32,
+                                                 gen_len=8, block_lengths=[4], thresholds=[0.9], precision="fp32",
+                                                 batch_size=2, out_dir=str(tmp_path / "board"), progress_bar=False,
+                                                 skip_missing=True, sol_budget=50,
+                                                 decoders=["ar_greedy", "confidence", "ss_linear"]))
+    assert board.loc[board["decoder"].str.startswith("ss_linear"), "lossless"].all()
+    # DEER: teacher answers, Stage I on the target's first layer (shared embedding and head), evaluation
+    from workbench.deer.evaluate import DeerEvalConfig, run_deer_eval
+    from workbench.deer.teacher import TeacherConfig, generate_teacher
+    from workbench.deer.train import DeerTrainConfig, train_deer
+
+    generate_teacher(TeacherConfig(target=str(lm), corpus=str(small_corpus), n_answers=8, prompt_len=24, gen_len=8,
+                                   batch_size=4, chunk_size=8, out_dir=str(tmp_path / "teacher")), model, tok)
+    drafter = train_deer(DeerTrainConfig(stage=1, teacher=str(tmp_path / "teacher"), shared_layers=1, batch_size=4,
+                                         sep_token="<|endoftext|>",
+                                         max_steps=2, val_every=2, val_percent=30, warmup_steps=1, checkpoint_every=2,
+                                         out_dir=str(tmp_path / "deer"), progress_bar=False, accelerator="cpu"))
+    ev = run_deer_eval(DeerEvalConfig(target=str(lm), drafter=str(drafter), corpus=str(small_corpus), n_prompts=2,
+                                      prompt_len=24, gen_len=8, draft_length=4, batch_size=2, device="cpu",
+                                      out_dir=str(tmp_path / "deer_eval"), progress_bar=False))
+    import pandas as pd
+
+    table = pd.read_parquet(ev / "by_category.parquet")
+    assert (table["agree_ar"] == 1.0).all()                              # greedy DEER is AR greedy
