@@ -2,7 +2,8 @@
 ``workbench/assets/<model>-deer-drafter``, which ``deer eval``, ``decode --policy deer`` and the leaderboard use
 by default for that model (:func:`workbench.assets.shipped_artefact`).
 
-Reproduce (the legs are recorded in the shipped ``shipped.json``; rerunning a stage's command resumes it)::
+Reproduce with ``workbench deer retrain --asset <model>-deer-drafter`` (it runs the commands recorded in the shipped
+``shipped.json``; rerunning resumes), then ship again; by hand::
 
     .venv/bin/workbench deer teacher --config workbench/configs/smollm2_deer_teacher.yaml
     .venv/bin/workbench train deer --config workbench/configs/smollm2_deer_stage1.yaml

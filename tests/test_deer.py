@@ -479,3 +479,44 @@ def test_train_deer_stage2_without_init_is_a_one_line_error(tmp_path, capsys):
     assert main(["deer", "teacher", "--split", "test", "--out_dir", str(tmp_path / "t")]) == 2
     assert "held out" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "t").exists()
+
+
+def test_retrain_runs_the_recorded_commands_and_resumes(tmp_path, small_corpus, micro_checkpoint):
+    """``deer retrain`` runs a shipped drafter's recorded commands (teacher, Stage I, Stage II), reports the
+    retrained beside the shipped metrics, and a second run reuses every finished step (same drafter)."""
+    import json
+
+    import yaml
+
+    from workbench.deer.retrain import DeerRetrainConfig, retrain_drafter
+    from workbench.model.io import load_checkpoint
+
+    t, s1, s2 = tmp_path / "teacher", tmp_path / "s1", tmp_path / "s2"
+    common = dict(teacher=str(t), batch_size=4, val_every=3, val_percent=30, warmup_steps=1, checkpoint_every=3,
+                  max_steps=3, progress_bar=False, accelerator="cpu")
+    configs = {"teacher.yaml": dict(target=str(micro_checkpoint), corpus=str(small_corpus), n_answers=16,
+                                    prompt_len=24, gen_len=8, batch_size=4, chunk_size=8, out_dir=str(t)),
+               "stage1.yaml": dict(stage=1, drafter_preset="micro", out_dir=str(s1), **common),
+               "stage2.yaml": dict(stage=2, drafter_init=str(s1 / "drafter"), out_dir=str(s2), **common)}
+    for name, c in configs.items():
+        (tmp_path / name).write_text(yaml.safe_dump(c))
+    asset = tmp_path / "asset"
+    asset.mkdir()
+    record = {"commands": [f"workbench deer teacher --config {tmp_path / 'teacher.yaml'}",
+                           f"workbench train deer --config {tmp_path / 'stage1.yaml'}",
+                           f"workbench train deer --config {tmp_path / 'stage2.yaml'}"],
+              "stages": {"stage1": {"run": str(s1), "metrics": {"val/tau": 1.5, "global_step": 3}},
+                         "stage2": {"run": str(s2), "metrics": {"val/tau": 1.6, "global_step": 3}}}}
+    (asset / "shipped.json").write_text(json.dumps(record))
+    rows = retrain_drafter(DeerRetrainConfig(asset=str(asset)))
+    assert [(r["stage"], r["retrained_steps"], r["shipped_val_tau"]) for r in rows] == [("stage1", 3, 1.5),
+                                                                                        ("stage2", 3, 1.6)]
+    assert all(r["retrained_val_tau"] >= 1.0 for r in rows)
+    first = load_checkpoint(s2 / "drafter")[0].state_dict()
+    retrain_drafter(DeerRetrainConfig(asset=str(asset)))          # everything done: reused, not retrained
+    again = load_checkpoint(s2 / "drafter")[0].state_dict()
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert json.loads((s2 / "metrics.json").read_text())["global_step"] == 3
+    (asset / "shipped.json").write_text(json.dumps({"commands": ["workbench sol --config x.yaml"]}))
+    with pytest.raises(ValueError, match="not a DEER step; valid: deer teacher, train deer"):
+        retrain_drafter(DeerRetrainConfig(asset=str(asset)))

@@ -10,7 +10,8 @@ USAGE = """usage: workbench deer <command> --config <yaml> [--field value ...]
 
 commands:
   teacher   the AR target answers train-split prompts; Parquet chunks (resumable)
-  eval      DEER vs AR (speedup, τ, acceptance distribution), Stage I vs II, α sweep, vs linear SS"""
+  eval      DEER vs AR (speedup, τ, acceptance distribution), Stage I vs II, α sweep, vs linear SS
+  retrain   reproduce a shipped drafter from the commands recorded in its shipped.json (resumable)"""
 
 
 def _eval(argv: list[str]) -> int:
@@ -30,9 +31,9 @@ def _eval(argv: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     """Dispatch ``workbench deer <command>``; exit status 2 with the usage for an unknown command."""
-    from . import teacher
+    from . import retrain, teacher
 
-    commands = {"teacher": teacher.main, "eval": _eval}
+    commands = {"teacher": teacher.main, "eval": _eval, "retrain": retrain.main}
     if not argv or argv[0] not in commands:
         print(USAGE, file=sys.stderr)
         return 2
