@@ -91,8 +91,10 @@ class DeerModule(pl.LightningModule):
         sb, logits, masked, _ = self._span_logits(batch, cut, end, lambda v: (v.clone(), v.float()))
         ce = deer_loss(logits, sb.span, masked, masked.float(), masked)
         acc = leading_matches(logits.argmax(-1), sb.span, sb.span_valid).float()
-        self.log_dict({"val/loss": loss, "val/ce_block": ce, "val/accept_len": acc.mean()}, batch_size=n)
-        self.log("val/tau", greedy_tau_estimate(acc), prog_bar=True, batch_size=n)
+        # sync_dist: on several devices the validation rows are sharded; the logged values are the mean over ranks
+        self.log_dict({"val/loss": loss, "val/ce_block": ce, "val/accept_len": acc.mean()}, batch_size=n,
+                      sync_dist=True)
+        self.log("val/tau", greedy_tau_estimate(acc), prog_bar=True, batch_size=n, sync_dist=True)
 
     def configure_optimizers(self):
         params = [p for p in self.drafter.parameters() if p.requires_grad]   # shared embedding/head are frozen

@@ -92,7 +92,7 @@ class LoraDrafterModule(pl.LightningModule):
                    "val/tau_expected": expected_accepted(full.alpha).mean() + 1.0,
                    "val/alpha": block_mean(terms.alpha, active),
                    "val/loss": combine(c.loss, terms, active, lambda_kl=c.lambda_kl, lambda_ce=c.lambda_ce)}
-        self.log_dict(metrics, prog_bar=True, batch_size=n)
+        self.log_dict(metrics, prog_bar=True, batch_size=n, sync_dist=True)   # sharded validation: mean over ranks
         for k, v in metrics.items():                 # the same batch-size-weighted means, for the history
             self._val_sums[k] = self._val_sums.get(k, 0.0) + float(v) * n
         self._val_rows += n
