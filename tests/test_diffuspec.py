@@ -167,6 +167,30 @@ def test_diffuspec_is_ar_greedy_at_temperature_zero(tmp_path):
                 assert all(2 <= k <= 8 for r in range(2) for k in res.draft_lengths[r][:-1])  # the last: what is left
 
 
+def test_self_drafter_sharing_the_target_cache_drafts_the_same_with_fewer_forwards():
+    """The self-drafter shares the target's KV cache (verified tokens and the next block in one forward): the
+    drafts, accepted lengths and output equal those of a separate drafter cache (a copy of the same model), with
+    one drafter forward per step instead of two (the verified tokens are no longer appended apart)."""
+    import copy
+
+    from workbench.diffuspec.decode import DiffuSpecConfig, diffuspec_decode
+    from workbench.model.load import load_model
+    from workbench.tokenizer import encode_bytes
+
+    model, _, _ = load_model("tiny")
+    twin = copy.deepcopy(model)                          # same weights, not the same object: its own cache
+    prompts = [encode_bytes("import os\n\n\ndef main(argv):\n").tolist(), encode_bytes("class A:\n").tolist()]
+    for steps in (1, 2):
+        cfg = DiffuSpecConfig(cps=False, adl=True, k_min=2, k_max=8, delta=2, steps=steps)
+        shared = diffuspec_decode(model, model, prompts, 40, cfg)
+        apart = diffuspec_decode(model, twin, prompts, 40, cfg)
+        assert shared.tokens == apart.tokens and shared.accepted == apart.accepted
+        assert shared.path_lengths == apart.path_lengths and shared.extra_forwards == apart.extra_forwards
+        n_steps = [len(a) for a in shared.accepted]
+        # the separate cache appends the verified tokens in a forward of their own at every step
+        assert [a - s for a, s in zip(apart.forwards, shared.forwards)] == n_steps
+
+
 def test_diffuspec_bad_settings_are_one_line():
     from workbench.decoding.base import DecodeError
     from workbench.diffuspec.decode import DiffuSpecConfig, diffuspec_decode

@@ -15,16 +15,27 @@ class BlockDrafter:
     block of masks is read with :meth:`~TriModeLM.diffusion_logits`. ``kind='deer'``: a DEER drafter, whose one
     forward appends the verified tokens causally and reads ``[SEP, masks]`` bidirectionally
     (:func:`~workbench.deer.attention.draft_block_logits`).
+
+    ``cache``: share this KV cache (the verifier's) instead of keeping one, when the drafter is the verifier's
+    own diffusion mode (a self-drafter: the clean prefix's keys and values are the same in both modes). The
+    verified tokens the cache lacks and the block are then one forward
+    (:meth:`~workbench.model.trimode.TriModeLM.extend_and_diffuse`), whose AR logits at the last verified
+    token (:attr:`last_ar_logits`, ``(V,)``) score the draft's first token, so the verifier's forward holds only
+    the draft: two forwards per step instead of three.
     """
 
-    def __init__(self, model, kind: str = "trimode", sep_id: int | None = None):
+    def __init__(self, model, kind: str = "trimode", sep_id: int | None = None, cache=None):
         if kind not in ("trimode", "deer"):
             raise ValueError(f"unknown drafter kind {kind!r}; valid: trimode, deer")
         if kind == "deer" and sep_id is None:
             raise ValueError("a DEER drafter needs its separator id")
+        if cache is not None and kind != "trimode":
+            raise ValueError("only a tri-mode self-drafter shares the verifier's cache")
         self.model, self.kind, self.sep_id = model, kind, sep_id
-        self.cache = model.new_cache()
-        self.n_cached = 0
+        self.shared = cache is not None
+        self.cache = cache if self.shared else model.new_cache()
+        self.n_cached = self.cache.get_seq_length() if self.shared else 0
+        self.last_ar_logits: torch.Tensor | None = None
         self.calls = 0
         self.last_order = torch.zeros(0, dtype=torch.long)
         self.last_tokens = torch.zeros(0, dtype=torch.long)
@@ -40,6 +51,8 @@ class BlockDrafter:
         and :attr:`last_tokens` ``(k,)`` the token fixed there: its row's argmax at temperature 0, else a draw
         from ``softmax(logits / temperature)`` (later passes read the drawn tokens)."""
         dev = self.model.device
+        if self.shared:                             # the verifier may have appended and cropped since
+            self.n_cached = self.cache.get_seq_length()
         pending = torch.tensor([verified[self.n_cached:]], dtype=torch.long, device=dev)
         mask_id = self.model.mask_token_id
         block = torch.full((1, k), mask_id, dtype=torch.long, device=dev)
@@ -81,6 +94,12 @@ class BlockDrafter:
             valid = torch.ones((1, self.n_cached + w + k + 1), dtype=torch.bool, device=dev)
             self.calls += 1
             return draft_block_logits(self.model, pending, torch.cat([sep, block], 1), valid, self.cache)[:, 1:]
+        if w and self.shared:
+            self.calls += 1
+            valid = torch.ones((1, self.n_cached + w + k), dtype=torch.bool, device=dev)
+            ar, diff = self.model.extend_and_diffuse(pending, block, self.cache, valid)
+            self.last_ar_logits = ar[0, -1]
+            return diff
         if w:
             self.model.extend(pending, self.cache, torch.ones((1, self.n_cached + w), dtype=torch.bool, device=dev))
             self.calls += 1

@@ -8,7 +8,8 @@ Per speculative step t, for one prompt (the paper runs batch size 1; ADL's state
    positions (Eq. 4) and re-run on the rest; a position keeps the distribution of the pass that decided it.
 2. **CPS** (:mod:`workbench.diffuspec.cps`) picks a path of length m_t ≤ k_t (or the argmax block when CPS
    is off, stopped after its first EOS).
-3. **Verify.** The target reads ``[pending, path]`` through its KV cache (one forward). At temperature 0 the
+3. **Verify.** The target reads ``[pending, path]`` through its KV cache (one forward; a self-drafter shares that
+   cache and has already appended the pending tokens, so the target reads only the path). At temperature 0 the
    longest prefix that equals its greedy tokens is accepted and its next greedy token emitted
    (Proposition 4.1: the output is AR greedy exactly). At T > 0 the min(1, p/q) rule with residual resampling
    uses q^L2R (Eq. 5: every in-block position masked), which with S = 1 is the drafter's one-pass distribution
@@ -172,17 +173,21 @@ def diffuspec_decode(target, drafter, prompts: list[list[int]], gen_len: int, cf
     t_start = time.perf_counter()
     with autocast_for(dev, precision):
         for row, prompt in enumerate(prompts):
-            _decode_one(target, BlockDrafter(drafter, drafter_kind, sep_id), list(prompt), gen_len, cfg, proxy,
-                        temperature, eos_id, g, res, row)
+            cache = target.new_cache()
+            # a self-drafter (the target's own diffusion mode) shares the target's cache: 2 forwards per step
+            shared = drafter is target and drafter_kind == "trimode"
+            block_drafter = BlockDrafter(drafter, drafter_kind, sep_id, cache=cache if shared else None)
+            _decode_one(target, block_drafter, cache, list(prompt), gen_len, cfg, proxy, temperature, eos_id, g,
+                        res, row)
     res.wall_time = time.perf_counter() - t_start
     return res
 
 
-def _decode_one(target, drafter: BlockDrafter, prompt: list[int], gen_len: int, cfg: DiffuSpecConfig, proxy,
-                temperature: float, eos_id: int | None, g: torch.Generator, res: DiffuSpecResult, row: int) -> None:
+def _decode_one(target, drafter: BlockDrafter, cache, prompt: list[int], gen_len: int, cfg: DiffuSpecConfig,
+                proxy, temperature: float, eos_id: int | None, g: torch.Generator, res: DiffuSpecResult,
+                row: int) -> None:
     dev = target.device
     ctrl = cfg.controller()
-    cache = target.new_cache()
     verified = list(prompt)           # the prefix the drafter has seen (prompt + emitted tokens)
     pending = list(prompt)            # tokens the target's cache still lacks
     out: list[int] = []
@@ -205,11 +210,15 @@ def _decode_one(target, drafter: BlockDrafter, prompt: list[int], gen_len: int, 
         t2 = time.perf_counter()
         draft = torch.tensor([path], dtype=torch.long, device=dev)
         m = len(path)
-        ids = torch.tensor([pending], dtype=torch.long, device=dev)
-        w = ids.shape[1]
         n_cache = cache.get_seq_length()
-        v_logits = target.extend(torch.cat([ids, draft], 1), cache,
-                                 torch.ones((1, n_cache + w + m), dtype=torch.bool, device=dev))[:, w - 1:]
+        if drafter.shared:                  # the verified tokens are cached already, with their AR logits
+            d_logits = target.extend(draft, cache, torch.ones((1, n_cache + m), dtype=torch.bool, device=dev))
+            v_logits = torch.cat([drafter.last_ar_logits[None, None].to(d_logits.dtype), d_logits], 1)
+        else:
+            ids = torch.tensor([pending], dtype=torch.long, device=dev)
+            w = ids.shape[1]
+            v_logits = target.extend(torch.cat([ids, draft], 1), cache,
+                                     torch.ones((1, n_cache + w + m), dtype=torch.bool, device=dev))[:, w - 1:]
         if temperature <= 0:
             acc = greedy_accept(draft, v_logits)
         else:

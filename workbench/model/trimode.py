@@ -257,6 +257,34 @@ class TriModeLM(nn.Module):
                 return self._hide_mask(self._cached_forward(ids, cache, key_valid, causal=True))
         return self._hide_mask(self._cached_forward(ids, cache, key_valid, causal=True))
 
+    def extend_and_diffuse(self, chunk: torch.Tensor, block: torch.Tensor, cache: DynamicCache,
+                           key_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`extend` of ``chunk`` and :meth:`diffusion_logits` of ``block`` after it, in one forward: the
+        chunk is appended causally (a clean, base-model stream under a gated LoRA) and the block, which sees the
+        cache, the chunk and itself, is cropped off again. What a self-drafting decoder needs when drafter and
+        verifier share one KV cache (the verified tokens and the next draft in one forward).
+
+        Args:
+            chunk: ``(N, W)`` clean ids to append (``W ≥ 1``); block: ``(N, B)`` block ids (mask token at
+                undecided positions); key_valid: ``(N, P + W + B)`` bool, False at left padding.
+
+        Returns ``(ar_logits (N, W, V), diffusion_logits (N, B, V))``; the cache grows by ``W``.
+        """
+        w, b = chunk.shape[1], block.shape[1]
+        q = w + b
+        ids = torch.cat([chunk, block], dim=1)
+        pos = (key_valid.long().cumsum(dim=1) - 1).clamp_min(0)[:, -q:]
+        allowed = cached_allowed(key_valid, q, causal=True)          # chunk queries: causal
+        allowed[:, w:, :] = key_valid[:, None, :]                     # block queries: every valid key
+        diag = torch.arange(q, device=key_valid.device)
+        allowed[:, diag, key_valid.shape[1] - q + diag] = True
+        gate = torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
+        gate[:, w:] = True                                            # LoRA residual on the block only
+        with lora_positions(self, gate):
+            logits = self.call_backbone(ids, pos, to_additive(allowed, self.mask_dtype), cache)
+        cache.crop(-b)
+        return self._hide_mask(logits[:, :w]), logits[:, w:]
+
     def diffusion_logits(self, block: torch.Tensor, cache: DynamicCache, key_valid: torch.Tensor) -> torch.Tensor:
         """Diffusion logits of a block over the cached clean prefix, without growing the cache.
 
