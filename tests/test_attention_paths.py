@@ -58,9 +58,24 @@ def test_dual_stream_mask_mod_is_the_dense_rule(causal_in_block):
     assert torch.equal(got, dual_stream_allowed(L, b, causal_in_block=causal_in_block))
 
 
-def test_sdpa_bool_path_equals_dense():
+def test_sdpa_bool_path_equals_dense(monkeypatch):
+    """Boolean masks reach SDPA on the sdpa_bool path (float masks on dense), with the same logits and
+    gradients."""
+    import torch.nn.functional as F
+
+    seen = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(*args, attn_mask=None, **kw):
+        seen.append(None if attn_mask is None else attn_mask.dtype)
+        return sdpa(*args, attn_mask=attn_mask, **kw)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
     ref_ar, ref_diff, ref_g = _dual_stream(_model("dense"))
+    assert seen and all(d is not None and d != torch.bool for d in seen)
+    seen.clear()
     ar, diff, g = _dual_stream(_model("sdpa_bool"))
+    assert seen and all(d == torch.bool for d in seen)
     torch.testing.assert_close(ar, ref_ar, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(diff, ref_diff, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(g, ref_g, atol=1e-5, rtol=1e-4)

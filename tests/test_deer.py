@@ -513,10 +513,17 @@ def test_retrain_runs_the_recorded_commands_and_resumes(tmp_path, small_corpus, 
                                                                                         ("stage2", 3, 1.6)]
     assert all(r["retrained_val_tau"] >= 1.0 for r in rows)
     first = load_checkpoint(s2 / "drafter")[0].state_dict()
+    logs = {s: (s / "logs" / "version_0" / "metrics.csv").read_text() for s in (s1, s2)}
+    chunks = sorted(p.name for p in t.rglob("*.parquet"))
+    assert chunks
     retrain_drafter(DeerRetrainConfig(asset=str(asset)))          # everything done: reused, not retrained
     again = load_checkpoint(s2 / "drafter")[0].state_dict()
     assert all(torch.equal(first[k], again[k]) for k in first)
+    # no training step ran again (a rerun would log its steps) and no teacher chunk was regenerated
+    assert {s: (s / "logs" / "version_0" / "metrics.csv").read_text() for s in (s1, s2)} == logs
+    assert sorted(p.name for p in t.rglob("*.parquet")) == chunks
     assert json.loads((s2 / "metrics.json").read_text())["global_step"] == 3
-    (asset / "shipped.json").write_text(json.dumps({"commands": ["workbench sol --config x.yaml"]}))
+    record["commands"].append("workbench sol --config x.yaml")          # refused before anything runs
+    (asset / "shipped.json").write_text(json.dumps(record))
     with pytest.raises(ValueError, match="not a DEER step; valid: deer teacher, train deer"):
         retrain_drafter(DeerRetrainConfig(asset=str(asset)))

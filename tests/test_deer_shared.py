@@ -122,8 +122,8 @@ def test_fresh_drafter_is_of_the_target_family(family):
     kw = (dict(n_embd=32, n_layer=3, n_head=4, n_positions=128) if family == "gpt2" else
           dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
                num_key_value_heads=2, head_dim=8, max_position_embeddings=128))
-    if family == "gemma3_text":
-        kw.update(sliding_window=4, layer_types=["sliding_attention", "sliding_attention", "full_attention"])
+    if family == "gemma3_text":                 # a 2-layer pattern, cycled over the 3-layer drafter
+        kw.update(num_hidden_layers=2, sliding_window=4, layer_types=["sliding_attention", "full_attention"])
     torch.manual_seed(0)
     target = TriModeLM(AutoModelForCausalLM.from_config(AutoConfig.for_model(family, vocab_size=64, **kw)).eval(), 63)
 
@@ -138,11 +138,15 @@ def test_fresh_drafter_is_of_the_target_family(family):
     assert cfg.model_type == target.backbone.config.model_type
     assert (cfg.hidden_size, cfg.num_hidden_layers) == (128, 3)
     if family == "gemma3_text":
-        assert cfg.layer_types == ["sliding_attention", "sliding_attention", "full_attention"]
+        assert cfg.layer_types == ["sliding_attention", "full_attention", "sliding_attention"]
     prompts = [[3, 17, 40, 9, 7, 5, 11, 30], [12, 5, 8]]
     ref = ar_decode(target, prompts, 12).tokens
     assert deer_decode(target, drafter.eval(), prompts, 12, 4, sep_id=1).tokens == ref
+    if family == "gpt2":
+        assert drafter.backbone.transformer.h[0].mlp.c_fc.nf == 352        # the preset's MLP width (n_inner)
     small = keep_first_layers(drafter, 1)
     assert small.backbone.config.num_hidden_layers == 1 and len(small.backbone.get_submodule(
         "transformer.h" if family == "gpt2" else "model.layers")) == 1
+    if family == "gemma3_text":
+        assert small.backbone.config.layer_types == ["sliding_attention"]
     assert deer_decode(target, small, prompts, 12, 4, sep_id=1).tokens == ref

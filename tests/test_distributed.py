@@ -27,7 +27,8 @@ def test_batch_plan_rule_and_errors():
 
 def test_plan_rows_are_the_distributed_sampler_order():
     """BatchPlan.rows (where a forward's items lie in the step's global batch) is what a DistributedSampler
-    without shuffling deals to each rank, forward by forward; the ranks' rows of a step partition it."""
+    without shuffling deals to each rank, forward by forward; the ranks' rows of a step partition it; and
+    BatchPlan.micro_step, which train lm's logging uses, recovers the forward from its first row."""
     plan = batch_plan(12, 3, micro_batch_size=2)                 # accumulate 2
     n_steps = 3
     ds = list(range(n_steps * plan.global_batch))
@@ -39,6 +40,7 @@ def test_plan_rows_are_the_distributed_sampler_order():
             items = order[k * plan.per_device:(k + 1) * plan.per_device]
             rows = plan.rows(rank, micro)
             assert [i - step * plan.global_batch for i in items] == rows.tolist()
+            assert plan.micro_step(rank, items[0] - step * plan.global_batch) == micro
             for i in items:
                 assert i not in seen
                 seen[i] = rank
@@ -134,6 +136,18 @@ def test_gradient_accumulation_equals_the_full_batch(tmp_path, small_corpus, one
     acc = _train(small_corpus, tmp_path / "acc", "--micro_batch_size", "2")
     np.testing.assert_allclose(_losses(acc).to_numpy(), _losses(one_device).to_numpy(), rtol=0, atol=LOSS_ATOL)
     assert _max_weight_diff(one_device, acc) < 1e-5
+
+
+def test_resume_with_another_accumulation_is_refused(tmp_path, small_corpus):
+    """Lightning counts the forwards it restores, so a run resumed with another gradient accumulation would
+    start a step part-way through its global batch: refused in one line, naming the micro_batch_size to use."""
+    run = tmp_path / "run"
+    _train(small_corpus, run, "--stop_at_step", "7", "--checkpoint_every", "7")
+    p = run_cli("train", "lm", *ARGS, "--corpus", str(small_corpus), "--out_dir", str(run), "--checkpoint_every", "7",
+                "--micro_batch_size", "2")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "written with gradient accumulation 1 and this run would use 4" in p.stderr
+    assert "micro_batch_size = batch_size / (devices × num_nodes × 1) = 8" in p.stderr
 
 
 @pytest.mark.parametrize("extra,message", [

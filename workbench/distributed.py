@@ -61,6 +61,11 @@ class BatchPlan:
     world: int
     accumulate: int
 
+    def micro_step(self, rank: int, first_row: int) -> int:
+        """Which forward of its step (0-based) rank ``rank`` is running, from the position ``first_row`` of its
+        first item in the step's global batch (the inverse of :meth:`rows`)."""
+        return (int(first_row) - rank) // (self.world * self.per_device)
+
     def rows(self, rank: int, micro_step: int):
         """Positions, inside the step's global batch, of the items rank ``rank`` sees in its forward number
         ``micro_step`` (0-based within the step): with Lightning's distributed sampler over a sequential
@@ -88,6 +93,34 @@ def batch_plan(global_batch: int, world: int, micro_batch_size: int | None = Non
         raise ValueError(f"global batch {global_batch} is not a multiple of micro_batch_size {per_device} × world "
                          f"size {world} = {per_device * world}; change batch_size or micro_batch_size")
     return BatchPlan(global_batch, per_device, world, global_batch // (per_device * world))
+
+
+def check_resume(checkpoint, plan: BatchPlan) -> None:
+    """Refuse (one-line ``ValueError``) to resume from ``checkpoint`` with another gradient accumulation than it
+    was written with: Lightning counts the forwards it restores, so a run resumed with another accumulation would
+    start its next step part-way through a global batch. The device count may change (the global batch and the
+    data stream do not); choose ``micro_batch_size`` so that the accumulation stays the same."""
+    import torch
+
+    ck = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
+    step = int(ck.get("global_step", 0))
+    try:
+        done = int(ck["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]["processed"])
+    except (KeyError, TypeError):
+        return
+    if step and done != step * plan.accumulate:
+        old = done / step
+        raise ValueError(f"{checkpoint} was written with gradient accumulation {old:g} and this run would use "
+                         f"{plan.accumulate}; resume with the same accumulation: micro_batch_size = batch_size / "
+                         f"(devices × num_nodes × {old:g}) = {plan.global_batch / (plan.world * old):g}")
+
+
+def forward_index(module, batch_idx: int) -> int:
+    """Which forward of the current optimiser step a LightningModule's ``training_step`` is running, over all
+    ranks: ``rank + world × (batch_idx mod accumulation)``; 0 on one device without accumulation. (Steps start
+    at a multiple of the accumulation: :func:`check_resume` keeps it fixed across resumes.)"""
+    trainer = module.trainer
+    return int(trainer.global_rank + trainer.world_size * (batch_idx % trainer.accumulate_grad_batches))
 
 
 def is_rank_zero() -> bool:
@@ -128,4 +161,5 @@ def make_trainer(cfg: DeviceConfig, global_batch: int, val_check_steps: int | No
     return trainer, plan
 
 
-__all__ = ["DeviceConfig", "BatchPlan", "batch_plan", "make_trainer", "is_rank_zero", "STRATEGIES"]
+__all__ = ["DeviceConfig", "BatchPlan", "batch_plan", "make_trainer", "check_resume", "forward_index", "is_rank_zero",
+           "STRATEGIES"]

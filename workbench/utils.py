@@ -116,11 +116,16 @@ def _relocate_paths(run: Path, final: Path) -> None:
                 f.write_text(text.replace(old, new), errors="surrogateescape")
 
 
-def step_generator(seed: int, step: int, salt: int):
+def step_generator(seed: int, step: int, salt: int, shard: int = 0):
     """A CPU ``torch.Generator`` seeded by ``(seed, step, salt)``: the random draws of a training or
-    validation step depend only on the run seed and the step, so a resumed run repeats them exactly."""
+    validation step depend only on the run seed and the step, so a resumed run repeats them exactly.
+
+    ``shard``: which forward of the step this is, over ranks and accumulation steps
+    (:func:`workbench.distributed.forward_index`); forward 0 draws what a one-device step draws, the others
+    their own draws (so the ranks' rows do not share one noise pattern)."""
     import torch
 
     g = torch.Generator()
-    g.manual_seed(((seed * 1_000_003 + step) * 97 + salt) % (2**63 - 1))
+    base = ((seed * 1_000_003 + step) * 97 + salt) % (2**63 - 1)
+    g.manual_seed(base if not shard else (base * 1_000_033 + shard) % (2**63 - 1))
     return g

@@ -108,6 +108,8 @@ def family_config(target_config, preset: str, vocab_size: int):
     for key in ("intermediate_size", "num_key_value_heads"):
         if hasattr(cfg, key) and getattr(cfg, key) is not None:
             setattr(cfg, key, sizes[key])
+    if hasattr(cfg, "n_inner"):                 # GPT-2's MLP width (None: 4 × width)
+        cfg.n_inner = sizes["intermediate_size"]
     if getattr(cfg, "head_dim", None) is not None:
         cfg.head_dim = sizes["hidden_size"] // sizes["num_attention_heads"]
     if getattr(cfg, "layer_types", None):

@@ -20,6 +20,7 @@ import torch
 
 from ..model.trimode import TriModeLM
 from ..schedule import optimizer_config
+from ..distributed import forward_index
 from ..utils import step_generator
 from .attention import draft_block_logits
 from .batches import build_span_batch
@@ -76,7 +77,8 @@ class DeerModule(pl.LightningModule):
         return loss, ce
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        loss, ce = self.stage_loss(batch, step_generator(self.seed, self.global_step, self.stage))
+        g = step_generator(self.seed, self.global_step, self.stage, forward_index(self, batch_idx))
+        loss, ce = self.stage_loss(batch, g)
         n = len(batch["answer"])
         self.log_dict({"train/loss": loss, "train/masked_ce": ce}, prog_bar=True, batch_size=n)
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], batch_size=n)

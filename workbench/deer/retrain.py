@@ -32,6 +32,8 @@ def recorded_commands(asset: Path) -> tuple[list[list[str]], dict]:
     ``shipped.json``. Raises ``FileNotFoundError`` (one line) for a folder without a record, ``ValueError`` for a
     record without commands or with a command that is not a ``workbench`` one."""
     record_file = asset / "shipped.json"
+    if not asset.is_dir():
+        raise FileNotFoundError(f"no shipped drafter {asset}: give a folder name under workbench/assets or a path")
     if not record_file.is_file():
         raise FileNotFoundError(f"{asset} has no shipped.json: it is not a shipped DEER drafter "
                                 "(scripts/ship_deer_drafter.py writes one)")
@@ -41,7 +43,11 @@ def recorded_commands(asset: Path) -> tuple[list[list[str]], dict]:
         argv = shlex.split(line)
         if not argv or Path(argv[0]).name != "workbench":
             raise ValueError(f"{record_file}: recorded command {line!r} is not a workbench command")
+        _command(argv[1:3])                     # every recorded command is checked before any runs
         commands.append(argv[1:])
+    for name, stage in (record.get("stages") or {}).items():
+        if not isinstance(stage, dict) or "run" not in stage or "metrics" not in stage:
+            raise ValueError(f"{record_file}: stage {name!r} records no run folder and metrics")
     if not commands:
         raise ValueError(f"{record_file} records no commands to retrain from")
     return commands, record

@@ -18,7 +18,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
-from ..distributed import DeviceConfig, make_trainer
+from ..distributed import DeviceConfig, check_resume, is_rank_zero, make_trainer
 from ..resume import LogHistory, RngState
 from ..model.fingerprint import weights_fingerprint
 from ..model.io import save_checkpoint
@@ -145,8 +145,14 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
                                  max_steps=cfg.max_steps, precision=cfg.precision, gradient_clip_val=cfg.grad_clip,
                                  logger=CSVLogger(cfg.out_dir, name="logs", version=0), callbacks=[ckpt, RngState()],
                                  enable_progress_bar=cfg.progress_bar, log_every_n_steps=10, max_time=cfg.max_time)
-    out = prepare_run_dir(cfg.out_dir)
-    (out / "config.yaml").write_text(yaml.safe_dump({**asdict(cfg), "target": target_spec}, sort_keys=False))
+    last = ckpt_dir / "last.ckpt"
+    resuming = cfg.resume and last.exists()
+    if resuming:
+        check_resume(last, plan)                # the same gradient accumulation, or a one-line refusal
+    out = Path(cfg.out_dir)
+    if is_rank_zero():                          # other ranks write nothing
+        out = prepare_run_dir(cfg.out_dir)
+        (out / "config.yaml").write_text(yaml.safe_dump({**asdict(cfg), "target": target_spec}, sort_keys=False))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     target, tok = load_target(target_spec)
     shared = cfg.shared_layers is not None or (cfg.drafter_init is not None and is_shared_drafter(cfg.drafter_init))
@@ -165,8 +171,6 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
                         seed=cfg.seed)
     data = TeacherDataModule(cfg.teacher, cfg.batch_size, cfg.max_steps * cfg.batch_size, cfg.val_percent,
                              cfg.val_rows, cfg.seed, per_device_batch=plan.per_device)
-    last = ckpt_dir / "last.ckpt"
-    resuming = cfg.resume and last.exists()
     history = LogHistory(out / "logs" / "version_0" / "metrics.csv", last if resuming else None)
     history.before_fit()                        # one log across interruptions
     t0 = time.time()

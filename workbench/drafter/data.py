@@ -92,10 +92,13 @@ def self_distill_windows(model, tokens: np.ndarray, n: int, prompt_len: int, gen
                             pad_id=pad_id)
             rows += [p + t for p, t in zip(chunk, res.tokens)]
     windows = torch.tensor(rows, dtype=torch.long)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    torch.save({"key": key, "windows": windows}, tmp)
-    tmp.replace(path)
+    from ..distributed import is_rank_zero
+
+    if is_rank_zero():                  # every rank generates the same rows; one writes the cache
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".partial")
+        torch.save({"key": key, "windows": windows}, tmp)
+        tmp.replace(path)
     return windows
 
 

@@ -23,6 +23,7 @@ import torch
 
 from ..speculative import greedy_accept
 from ..schedule import optimizer_config
+from ..distributed import forward_index
 from ..utils import step_generator
 from .draft import draft_and_verify, left_pad_prefixes
 from .losses import active_mask, block_mean, combine, expected_accepted, position_terms
@@ -64,7 +65,7 @@ class LoraDrafterModule(pl.LightningModule):
     # ------------------------------------------------------------------ steps
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         c = self.cfg
-        g = step_generator(c.seed, self.global_step, 1)
+        g = step_generator(c.seed, self.global_step, 1, forward_index(self, batch_idx))
         prefix, valid = self._prefixes(batch, g)
         sample_rows = (torch.rand(prefix.shape[0], generator=g) < c.sample_fraction).to(prefix.device)
         cyc = draft_and_verify(self.model, prefix, valid, c.draft_length, sample_rows, c.draft_temperature, g)
@@ -93,7 +94,7 @@ class LoraDrafterModule(pl.LightningModule):
                    "val/alpha": block_mean(terms.alpha, active),
                    "val/loss": combine(c.loss, terms, active, lambda_kl=c.lambda_kl, lambda_ce=c.lambda_ce)}
         self.log_dict(metrics, prog_bar=True, batch_size=n, sync_dist=True)   # sharded validation: mean over ranks
-        for k, v in metrics.items():                 # the same batch-size-weighted means, for the history
+        for k, v in metrics.items():                 # batch-size-weighted sums for the history (over ranks at the end)
             self._val_sums[k] = self._val_sums.get(k, 0.0) + float(v) * n
         self._val_rows += n
 
@@ -103,9 +104,15 @@ class LoraDrafterModule(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         from pytorch_lightning.trainer.states import TrainerFn
 
-        if self.trainer.state.fn == TrainerFn.FITTING and not self.trainer.sanity_checking and self._val_rows:
-            vals = {k: v / self._val_rows for k, v in self._val_sums.items()}
-            self.validations.append({"step": int(self.global_step), **vals})
+        if self.trainer.state.fn != TrainerFn.FITTING or self.trainer.sanity_checking:
+            return
+        keys = sorted(self._val_sums)
+        sums = torch.tensor([self._val_sums[k] for k in keys] + [float(self._val_rows)], dtype=torch.float64)
+        if self.trainer.world_size > 1:             # sharded validation: the sums over every rank's rows
+            sums = self.trainer.strategy.reduce(sums.to(self.device), reduce_op="sum").cpu()
+        if sums[-1] > 0:
+            self.validations.append({"step": int(self.global_step),
+                                     **{k: float(v / sums[-1]) for k, v in zip(keys, sums[:-1])}})
 
     # ------------------------------------------------------------------ optimiser and checkpoints
     def configure_optimizers(self):

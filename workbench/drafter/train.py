@@ -22,7 +22,7 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
-from ..distributed import DeviceConfig, make_trainer
+from ..distributed import DeviceConfig, check_resume, is_rank_zero, make_trainer
 from ..resume import LogHistory, RngState
 from ..utils import prepare_run_dir
 from .data import SOURCES, DrafterDataModule, self_distill_windows
@@ -242,18 +242,22 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
                                  callbacks=[best, LastAfterValidation(ckpt_dir), RngState()],
                                  enable_progress_bar=cfg.progress_bar, log_every_n_steps=min(10, cfg.max_steps),
                                  max_time=cfg.max_time)
-    out = prepare_run_dir(cfg.out_dir)
-    import yaml
+    last = ckpt_dir / "last.ckpt"
+    resuming = cfg.resume and last.exists()
+    if resuming:
+        check_resume(last, plan)                # the same gradient accumulation, or a one-line refusal
+    out = Path(cfg.out_dir)
+    if is_rank_zero():                          # other ranks write nothing
+        import yaml
 
-    (out / "config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
+        out = prepare_run_dir(cfg.out_dir)
+        (out / "config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     data = _build_data(model, tok, cfg, out)
     data.per_device_batch = plan.per_device
     add_lora(model, cfg.rank, cfg.lora_alpha, cfg.lora_dropout, cfg.target_modules)
     model.train()                    # Llama has no dropout here; only LoRA dropout reacts to the mode
     module = LoraDrafterModule(model, cfg, pad_id=_pad_id(tok))
-    last = ckpt_dir / "last.ckpt"
-    resuming = cfg.resume and last.exists()
     warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
     if cfg.baseline and not resuming:
         base_metrics = trainer.validate(module, datamodule=data, verbose=False)[0]

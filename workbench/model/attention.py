@@ -7,7 +7,8 @@
 * ``flex``: the backbone on FlexAttention with ``BlockMask``s (``torch.nn.attention.flex_attention``). The dual
   stream's training mask (NLD Fig. 3) is built from its rule (:func:`dual_stream_mask_mod`), never as an
   ``L × L`` tensor, and tiles that are entirely blocked are skipped. Other masks (decoding) become a ``BlockMask``
-  over their boolean tensor. Meant for GPUs; on CPU, PyTorch compiles it with inductor (slow to compile).
+  over their boolean tensor. GPUs only in practice: PyTorch 2.13 has no FlexAttention backward on CPU (``train lm``
+  refuses ``--attention flex`` there), and inductor's CPU flex template fails to build on this machine.
 
 :func:`set_attention_path` switches a model; ``TriModeLM.call_backbone`` converts each mask for the path.
 """

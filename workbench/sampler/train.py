@@ -22,7 +22,7 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
-from ..distributed import DeviceConfig, make_trainer
+from ..distributed import DeviceConfig, is_rank_zero, make_trainer
 from ..resume import LogHistory, RngState
 from ..utils import prepare_run_dir
 from .data import SPLIT_BY, SamplerDataModule
@@ -144,10 +144,12 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
                                  enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
                                  **({} if cfg.val_every else {"check_val_every_n_epoch": 1}))
     data.per_device_batch = plan.per_device
-    out = prepare_run_dir(cfg.out_dir)
-    import yaml
+    out = Path(cfg.out_dir)
+    if is_rank_zero():                          # other ranks write nothing
+        import yaml
 
-    (out / "config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
+        out = prepare_run_dir(cfg.out_dir)
+        (out / "config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     scfg = cfg.sampler_config()
     net = SamplerNet(scfg)

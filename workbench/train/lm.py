@@ -18,7 +18,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
 from ..data import LMDataModule
-from ..distributed import BatchPlan, DeviceConfig, batch_plan, make_trainer
+from ..distributed import BatchPlan, DeviceConfig, batch_plan, check_resume, is_rank_zero, make_trainer
 from ..evaluation.metrics import whitespace_ids
 from ..model.io import save_checkpoint
 from ..model.load import load_model
@@ -340,7 +340,7 @@ class TriModeLMModule(pl.LightningModule):
         if a == 1:
             self.log_dict(values, prog_bar=True, sync_dist=self.sync)
             return
-        micro = int(rows[0] - self.global_rank) // (self.plan.world * self.plan.per_device)
+        micro = self.plan.micro_step(self.global_rank, int(rows[0]))
         acc = self._step_logs = {} if micro == 0 else self._step_logs
         for k, v in values.items():
             acc[k] = acc.get(k, 0.0) + v / a
@@ -545,7 +545,8 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     """
     # everything that can be refused is checked before anything is written (issue 27 §6)
     cfg.validate()
-    check_train_dir(cfg.out_dir)
+    if is_rank_zero():                          # other ranks write nothing (their launcher started them later)
+        check_train_dir(cfg.out_dir)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     model, tok = build_model(cfg)
     set_attention_path(model, cfg.attention)
@@ -565,17 +566,24 @@ def train_lm(cfg: LMTrainConfig) -> Path:
         logger=[CSVLogger(out, name="logs", version=0), TensorBoardLogger(out, name="tb", version=0)],
         callbacks=[ckpt, RngState()], enable_progress_bar=cfg.progress_bar, log_every_n_steps=cfg.log_every_n_steps,
         max_time=cfg.max_time)
+    if cfg.attention == "flex" and type(trainer.accelerator).__name__ == "CPUAccelerator":
+        raise ValueError("the flex attention path trains on GPUs only (PyTorch has no FlexAttention backward on "
+                         "CPU); use --attention dense or sdpa_bool here")
     data = LMDataModule(cfg.corpus, cfg.seq_len, cfg.batch_size, train_windows=cfg.max_steps * cfg.batch_size,
                         val_windows=cfg.val_windows, seed=cfg.seed,
                         tokenizer=None if _t.is_byte_tokenizer(tok) else tok, train_data=cfg.train_data,
                         per_device_batch=plan.per_device)
     data.setup()                                # an empty corpus or split fails here, before the run directory
-    out = prepare_run_dir(cfg.out_dir)
-    (out / "config.yaml").write_text(_to_yaml(asdict(cfg)))
-    whitespace = frozenset(whitespace_ids(tok, model.backbone.config.vocab_size)) if cfg.ul_prob > 0 else frozenset()
-    module = TriModeLMModule(model, cfg, whitespace, validation_prompts(cfg, tok), plan)
     last = ckpt_dir / "last.ckpt"
     resuming = cfg.resume and last.exists()
+    if resuming:
+        check_resume(last, plan)                # the same gradient accumulation, or a one-line refusal
+    out = Path(cfg.out_dir)
+    if is_rank_zero():
+        out = prepare_run_dir(cfg.out_dir)
+        (out / "config.yaml").write_text(_to_yaml(asdict(cfg)))
+    whitespace = frozenset(whitespace_ids(tok, model.backbone.config.vocab_size)) if cfg.ul_prob > 0 else frozenset()
+    module = TriModeLMModule(model, cfg, whitespace, validation_prompts(cfg, tok), plan)
     log_csv = out / "logs" / "version_0" / "metrics.csv"
     history = LogHistory(log_csv, last if resuming else None)      # the log survives any number of interruptions
     history.before_fit()

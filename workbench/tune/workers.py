@@ -60,7 +60,11 @@ def _child(work: Callable[[int, Callable[[], None]], None], index: int, n_worker
     import torch
 
     torch.set_num_threads(_threads(n_workers))
-    work(index, _Ready(barrier))
+    try:
+        work(index, _Ready(barrier))
+    except BaseException:
+        barrier.abort()                     # the others do not wait for a worker that will never be ready
+        raise
 
 
 def run_workers(work: Callable[[int, Callable[[], None]], None], n_workers: int, study=None) -> list[int]:
@@ -93,6 +97,7 @@ def run_workers(work: Callable[[int, Callable[[], None]], None], n_workers: int,
     try:
         work(0, _Ready(barrier))
     except BaseException:
+        barrier.abort()
         for p in procs:                     # this worker failed (or was interrupted): stop the others too
             p.terminate()
         raise
