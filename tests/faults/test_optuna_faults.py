@@ -46,7 +46,9 @@ def test_killed_worker_trial_is_failed_and_retried(micro_checkpoint, small_corpu
             except Exception:                            # noqa: BLE001 - the study is not created yet
                 continue
             done = [t for t in st.trials if t.state == optuna.trial.TrialState.COMPLETE]
-            running = [t for t in st.trials if t.state == optuna.trial.TrialState.RUNNING]
+            # inside a trial: running, with its parameters drawn (a kill between Optuna's ask and the first
+            # suggest leaves a trial without parameters, whose retry draws new ones)
+            running = [t for t in st.trials if t.state == optuna.trial.TrialState.RUNNING and t.params]
             if len(done) >= 2 and running:
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait()
