@@ -36,6 +36,9 @@ class DecodeConfig:
     """Trained sampler of the sampler policy (default: the one shipped for --model)."""
     proxy: str | None = None
     """n-gram proxy of the diffuspec policies with CPS (default: the one shipped for --model)."""
+    attention: str = "dense"
+    """Attention path (``workbench.model.attention``): 'dense' (additive float masks), 'sdpa_bool' or 'flex'
+    (FlexAttention block masks; GPU)."""
 
 
 def _read_prompt(prompt: str) -> str:
@@ -77,6 +80,9 @@ def main(argv: list[str]) -> int:
     fn = get_policy(cfg.policy)
     text = _read_prompt(cfg.prompt)
     model, tok, _ = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
+    from ..model.attention import set_attention_path
+
+    set_attention_path(model, cfg.attention)
     artefact = _artefact(cfg, model, tok)
     ids = bos_prefix(tok) + tok(text, add_special_tokens=False)["input_ids"]   # the tokenizer's BOS convention
     kw = dict(block_length=cfg.block_length, precision=cfg.precision, pad_id=tok.pad_token_id or 0,
