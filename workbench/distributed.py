@@ -115,6 +115,18 @@ def check_resume(checkpoint, plan: BatchPlan) -> None:
                          f"(devices × num_nodes × {old:g}) = {plan.global_batch / (plan.world * old):g}")
 
 
+def resume_point(ckpt_dir, resume: bool, plan: BatchPlan | None = None):
+    """``(last.ckpt path, whether to resume from it)`` of a run's checkpoint folder; with ``plan``, a resume
+    with another gradient accumulation is refused (:func:`check_resume`)."""
+    from pathlib import Path
+
+    last = Path(ckpt_dir) / "last.ckpt"
+    resuming = bool(resume) and last.exists()
+    if resuming and plan is not None:
+        check_resume(last, plan)
+    return last, resuming
+
+
 def forward_index(module, batch_idx: int) -> int:
     """Which forward of the current optimiser step a LightningModule's ``training_step`` is running, over all
     ranks: ``rank + world × (batch_idx mod accumulation)``; 0 on one device without accumulation. (Steps start
@@ -161,5 +173,6 @@ def make_trainer(cfg: DeviceConfig, global_batch: int, val_check_steps: int | No
     return trainer, plan
 
 
-__all__ = ["DeviceConfig", "BatchPlan", "batch_plan", "make_trainer", "check_resume", "forward_index", "is_rank_zero",
+__all__ = ["DeviceConfig", "BatchPlan", "batch_plan", "make_trainer", "check_resume", "resume_point", "forward_index",
+           "is_rank_zero",
            "STRATEGIES"]

@@ -38,6 +38,21 @@ def prepare_run_dir(path: str | os.PathLike) -> Path:
     return p
 
 
+def write_run_config(path: str | os.PathLike, config: dict) -> Path:
+    """Create the training run directory ``path`` and write its resolved ``config.yaml`` (:func:`prepare_run_dir`),
+    on global rank 0 only: the other ranks of a multi-device run write nothing. Returns the directory.
+    Raises :class:`RunDirError`."""
+    from pytorch_lightning.utilities import rank_zero_only
+
+    p = Path(path)
+    if getattr(rank_zero_only, "rank", 0) == 0:
+        import yaml
+
+        p = prepare_run_dir(p)
+        (p / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return p
+
+
 def check_run_dir(path: str | os.PathLike) -> None:
     """Fail early, leaving nothing behind: ``path`` must be a writable directory or creatable under its
     nearest existing ancestor (probed with a real write there). Raises :class:`RunDirError` (same message

@@ -18,12 +18,12 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
-from ..distributed import DeviceConfig, check_resume, is_rank_zero, make_trainer
+from ..distributed import DeviceConfig, make_trainer, resume_point
 from ..resume import LogHistory, RngState
 from ..model.fingerprint import weights_fingerprint
 from ..model.io import save_checkpoint
 from ..model.presets import PRESETS
-from ..utils import prepare_run_dir, staged_dir
+from ..utils import staged_dir, write_run_config
 from .data import TeacherDataModule, load_teacher
 from .masking import NOISE, SPANS
 from .models import build_drafter, count_parameters, load_target
@@ -132,7 +132,6 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
     teacher data, :class:`~workbench.deer.models.TokenizerMismatchError` when ``drafter_init`` does not
     share the target's tokenizer, :class:`~workbench.utils.RunDirError` for an unwritable run directory.
     """
-    import yaml
 
     cfg.validate()
     settings = load_teacher(cfg.teacher).settings
@@ -145,14 +144,8 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
                                  max_steps=cfg.max_steps, precision=cfg.precision, gradient_clip_val=cfg.grad_clip,
                                  logger=CSVLogger(cfg.out_dir, name="logs", version=0), callbacks=[ckpt, RngState()],
                                  enable_progress_bar=cfg.progress_bar, log_every_n_steps=10, max_time=cfg.max_time)
-    last = ckpt_dir / "last.ckpt"
-    resuming = cfg.resume and last.exists()
-    if resuming:
-        check_resume(last, plan)                # the same gradient accumulation, or a one-line refusal
-    out = Path(cfg.out_dir)
-    if is_rank_zero():                          # other ranks write nothing
-        out = prepare_run_dir(cfg.out_dir)
-        (out / "config.yaml").write_text(yaml.safe_dump({**asdict(cfg), "target": target_spec}, sort_keys=False))
+    last, resuming = resume_point(ckpt_dir, cfg.resume, plan)     # same accumulation, or a one-line refusal
+    out = write_run_config(cfg.out_dir, {**asdict(cfg), "target": target_spec})
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     target, tok = load_target(target_spec)
     shared = cfg.shared_layers is not None or (cfg.drafter_init is not None and is_shared_drafter(cfg.drafter_init))

@@ -22,9 +22,9 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
-from ..distributed import DeviceConfig, check_resume, is_rank_zero, make_trainer
+from ..distributed import DeviceConfig, make_trainer, resume_point
 from ..resume import LogHistory, RngState
-from ..utils import prepare_run_dir
+from ..utils import write_run_config
 from .data import SOURCES, DrafterDataModule, self_distill_windows
 from .lora import add_lora, resolve_target_modules, save_adapter
 from .losses import DEFAULT_LOSS, check_loss_name
@@ -242,16 +242,8 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
                                  callbacks=[best, LastAfterValidation(ckpt_dir), RngState()],
                                  enable_progress_bar=cfg.progress_bar, log_every_n_steps=min(10, cfg.max_steps),
                                  max_time=cfg.max_time)
-    last = ckpt_dir / "last.ckpt"
-    resuming = cfg.resume and last.exists()
-    if resuming:
-        check_resume(last, plan)                # the same gradient accumulation, or a one-line refusal
-    out = Path(cfg.out_dir)
-    if is_rank_zero():                          # other ranks write nothing
-        import yaml
-
-        out = prepare_run_dir(cfg.out_dir)
-        (out / "config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
+    last, resuming = resume_point(ckpt_dir, cfg.resume, plan)     # same accumulation, or a one-line refusal
+    out = write_run_config(cfg.out_dir, asdict(cfg))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     data = _build_data(model, tok, cfg, out)
     data.per_device_batch = plan.per_device

@@ -22,9 +22,9 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
-from ..distributed import DeviceConfig, is_rank_zero, make_trainer
+from ..distributed import DeviceConfig, make_trainer
 from ..resume import LogHistory, RngState
-from ..utils import prepare_run_dir
+from ..utils import write_run_config
 from .data import SPLIT_BY, SamplerDataModule
 from .module import SamplerModule
 from .network import SAMPLER_PRESETS, SamplerNet, count_parameters, sampler_preset, save_sampler
@@ -144,12 +144,7 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
                                  enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
                                  **({} if cfg.val_every else {"check_val_every_n_epoch": 1}))
     data.per_device_batch = plan.per_device
-    out = Path(cfg.out_dir)
-    if is_rank_zero():                          # other ranks write nothing
-        import yaml
-
-        out = prepare_run_dir(cfg.out_dir)
-        (out / "config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
+    out = write_run_config(cfg.out_dir, asdict(cfg))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     scfg = cfg.sampler_config()
     net = SamplerNet(scfg)

@@ -18,7 +18,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
 from ..data import LMDataModule
-from ..distributed import BatchPlan, DeviceConfig, batch_plan, check_resume, is_rank_zero, make_trainer
+from ..distributed import BatchPlan, DeviceConfig, batch_plan, is_rank_zero, make_trainer, resume_point
 from ..evaluation.metrics import whitespace_ids
 from ..model.io import save_checkpoint
 from ..model.load import load_model
@@ -30,7 +30,7 @@ from ..model.presets import PRESETS, preset_config
 from ..model.trimode import TriModeLM
 from ..model.unlikelihood import repeated_ngram_mask, unlikelihood_loss
 from ..tokenizer import MASK_ID, byte_tokenizer
-from ..utils import RunDirError, prepare_run_dir, step_generator
+from ..utils import RunDirError, step_generator, write_run_config
 from ..resume import LogHistory, RngState
 from ..schedule import optimizer_config
 
@@ -574,14 +574,8 @@ def train_lm(cfg: LMTrainConfig) -> Path:
                         tokenizer=None if _t.is_byte_tokenizer(tok) else tok, train_data=cfg.train_data,
                         per_device_batch=plan.per_device)
     data.setup()                                # an empty corpus or split fails here, before the run directory
-    last = ckpt_dir / "last.ckpt"
-    resuming = cfg.resume and last.exists()
-    if resuming:
-        check_resume(last, plan)                # the same gradient accumulation, or a one-line refusal
-    out = Path(cfg.out_dir)
-    if is_rank_zero():
-        out = prepare_run_dir(cfg.out_dir)
-        (out / "config.yaml").write_text(_to_yaml(asdict(cfg)))
+    last, resuming = resume_point(ckpt_dir, cfg.resume, plan)     # same accumulation, or a one-line refusal
+    out = write_run_config(cfg.out_dir, asdict(cfg))
     whitespace = frozenset(whitespace_ids(tok, model.backbone.config.vocab_size)) if cfg.ul_prob > 0 else frozenset()
     module = TriModeLMModule(model, cfg, whitespace, validation_prompts(cfg, tok), plan)
     log_csv = out / "logs" / "version_0" / "metrics.csv"
@@ -622,12 +616,6 @@ def validation_prompts(cfg: LMTrainConfig, tok) -> list[tuple[list[int], list[in
     docs = by_split(load_corpus(cfg.corpus), "validation")
     ps = make_prompts(docs, cfg.val_prompts, 128, cfg.val_gen_len, None if is_byte_tokenizer(tok) else tok)
     return [(list(p.prompt), list(p.real)) for p in ps]
-
-
-def _to_yaml(d: dict) -> str:
-    import yaml
-
-    return yaml.safe_dump(d, sort_keys=False)
 
 
 __all__ = ["LMTrainConfig", "TriModeLMModule", "train_lm", "build_model", "unlikelihood_step", "RunDirError"]
