@@ -17,27 +17,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from ..model.masks import cached_allowed, to_additive
-
-
-def block_draft_allowed(key_valid: torch.Tensor, chunk_len: int, block_len: int) -> torch.Tensor:
-    """Visibility of ``chunk_len`` causal queries followed by ``block_len`` bidirectional block queries.
-
-    Args:
-        key_valid: ``(batch, cache_len + chunk_len + block_len)`` bool, False at keys never attended.
-        chunk_len: clean tokens appended causally (may be 0).
-        block_len: draft block length (SEP + masks).
-
-    Returns ``(batch, chunk_len + block_len, cache_len + chunk_len + block_len)`` bool: a chunk query sees
-    valid keys up to itself; a block query sees every valid key (cache, chunk and block). Every query
-    sees itself, so no row is fully blocked.
-    """
-    q = chunk_len + block_len
-    allowed = cached_allowed(key_valid, q, causal=True)
-    allowed[:, chunk_len:, :] = key_valid[:, None, :]
-    diag = torch.arange(q, device=key_valid.device)
-    allowed[:, diag, key_valid.shape[1] - q + diag] = True
-    return allowed
+from ..model.masks import chunk_block_allowed, to_additive
 
 
 def draft_block_logits(drafter, chunk: torch.Tensor, block: torch.Tensor, key_valid: torch.Tensor,
@@ -56,7 +36,7 @@ def draft_block_logits(drafter, chunk: torch.Tensor, block: torch.Tensor, key_va
     ids = torch.cat([chunk, block], dim=1)
     w, b = chunk.shape[1], block.shape[1]
     pos = (key_valid.long().cumsum(dim=1) - 1).clamp_min(0)[:, -(w + b):]
-    mask = to_additive(block_draft_allowed(key_valid, w, b), drafter.mask_dtype)
+    mask = to_additive(chunk_block_allowed(key_valid, w, b), drafter.mask_dtype)
     logits = drafter.call_backbone(ids, pos, mask, cache)
     if cache is not None:
         cache.crop(-b)

@@ -77,3 +77,24 @@ def cached_allowed(key_valid: torch.Tensor, query_len: int, causal: bool) -> tor
     diag = torch.arange(query_len, device=key_valid.device)
     allowed[:, diag, cache_len + diag] = True
     return allowed
+
+
+def chunk_block_allowed(key_valid: torch.Tensor, chunk_len: int, block_len: int) -> torch.Tensor:
+    """Visibility of ``chunk_len`` causal queries followed by ``block_len`` bidirectional block queries (one
+    forward that appends verified tokens and reads the next block: DEER's drafter, a self-drafter).
+
+    Args:
+        key_valid: ``(batch, cache_len + chunk_len + block_len)`` bool, False at keys never attended.
+        chunk_len: clean tokens appended causally (may be 0).
+        block_len: block length (a diffusion block; DEER's SEP + masks).
+
+    Returns ``(batch, chunk_len + block_len, cache_len + chunk_len + block_len)`` bool: a chunk query sees
+    valid keys up to itself; a block query sees every valid key (cache, chunk and block). Every query
+    sees itself, so no row is fully blocked.
+    """
+    q = chunk_len + block_len
+    allowed = cached_allowed(key_valid, q, causal=True)
+    allowed[:, chunk_len:, :] = key_valid[:, None, :]
+    diag = torch.arange(q, device=key_valid.device)
+    allowed[:, diag, key_valid.shape[1] - q + diag] = True
+    return allowed

@@ -32,7 +32,7 @@ from transformers import DynamicCache, PreTrainedModel
 from ..tokenizer import TokenizerError
 from .gated_lora import is_gated, lora_positions
 from .attention import dual_stream_block_mask, to_path
-from .masks import cached_allowed, dual_stream_allowed, dual_stream_mask, to_additive
+from .masks import cached_allowed, chunk_block_allowed, dual_stream_allowed, dual_stream_mask, to_additive
 from .window import PositionCache, attention_layout, layer_masks
 
 
@@ -274,10 +274,7 @@ class TriModeLM(nn.Module):
         q = w + b
         ids = torch.cat([chunk, block], dim=1)
         pos = (key_valid.long().cumsum(dim=1) - 1).clamp_min(0)[:, -q:]
-        allowed = cached_allowed(key_valid, q, causal=True)          # chunk queries: causal
-        allowed[:, w:, :] = key_valid[:, None, :]                     # block queries: every valid key
-        diag = torch.arange(q, device=key_valid.device)
-        allowed[:, diag, key_valid.shape[1] - q + diag] = True
+        allowed = chunk_block_allowed(key_valid, w, b)
         gate = torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
         gate[:, w:] = True                                            # LoRA residual on the block only
         with lora_positions(self, gate):
