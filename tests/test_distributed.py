@@ -26,9 +26,9 @@ def test_batch_plan_rule_and_errors():
 
 
 def test_plan_rows_are_the_distributed_sampler_order():
-    """BatchPlan.rows (where a forward's items lie in the step's global batch) is what a DistributedSampler
-    without shuffling deals to each rank, forward by forward; the ranks' rows of a step partition it; and
-    BatchPlan.micro_step, which train lm's logging uses, recovers the forward from its first row."""
+    """A DistributedSampler without shuffling deals each rank the items r, r + W, ... of each step's global
+    batch, forward by forward; the ranks' rows of a step partition it; and BatchPlan.micro_step, which train lm's
+    logging uses, recovers the forward from its first row."""
     plan = batch_plan(12, 3, micro_batch_size=2)                 # accumulate 2
     n_steps = 3
     ds = list(range(n_steps * plan.global_batch))
@@ -38,7 +38,8 @@ def test_plan_rows_are_the_distributed_sampler_order():
         for k in range(n_steps * plan.accumulate):               # forward k of this rank
             step, micro = divmod(k, plan.accumulate)
             items = order[k * plan.per_device:(k + 1) * plan.per_device]
-            rows = plan.rows(rank, micro)
+            j = micro * plan.per_device + torch.arange(plan.per_device)
+            rows = rank + plan.world * j                         # rank r's items: r, r + W, r + 2W, ...
             assert [i - step * plan.global_batch for i in items] == rows.tolist()
             assert plan.micro_step(rank, items[0] - step * plan.global_batch) == micro
             for i in items:

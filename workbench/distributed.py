@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+
 #: Lightning strategies a ``train`` command accepts (``deepspeed`` only where the package is installed).
 STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_find_unused_parameters_true", "fsdp", "deepspeed")
 
@@ -63,18 +64,9 @@ class BatchPlan:
 
     def micro_step(self, rank: int, first_row: int) -> int:
         """Which forward of its step (0-based) rank ``rank`` is running, from the position ``first_row`` of its
-        first item in the step's global batch (the inverse of :meth:`rows`)."""
+        first item in the step's global batch: a sequential ``DistributedSampler`` gives rank ``r`` the items
+        ``r, r + world, r + 2·world, …``, ``per_device`` of them per forward."""
         return (int(first_row) - rank) // (self.world * self.per_device)
-
-    def rows(self, rank: int, micro_step: int):
-        """Positions, inside the step's global batch, of the items rank ``rank`` sees in its forward number
-        ``micro_step`` (0-based within the step): with Lightning's distributed sampler over a sequential
-        dataset, rank ``r`` takes items ``r, r + world, r + 2·world, …`` of the stream. Returns a
-        ``torch.long`` tensor of ``per_device`` positions."""
-        import torch
-
-        j = micro_step * self.per_device + torch.arange(self.per_device)
-        return rank + self.world * j
 
 
 def batch_plan(global_batch: int, world: int, micro_batch_size: int | None = None) -> BatchPlan:
@@ -135,15 +127,6 @@ def forward_index(module, batch_idx: int) -> int:
     return int(trainer.global_rank + trainer.world_size * (batch_idx % trainer.accumulate_grad_batches))
 
 
-def is_rank_zero() -> bool:
-    """Whether this process is global rank 0, known before ``trainer.fit`` (Lightning reads the rank that its
-    launcher or SLURM put in the environment). Files that one process writes (logs kept across resumes, the
-    final model) are written by rank 0 only."""
-    from pytorch_lightning.utilities import rank_zero_only
-
-    return getattr(rank_zero_only, "rank", 0) == 0
-
-
 def make_trainer(cfg: DeviceConfig, global_batch: int, val_check_steps: int | None = None, **kwargs):
     """A ``pl.Trainer`` on ``cfg``'s accelerator, devices, nodes and strategy, with the gradient accumulation
     of :func:`batch_plan`, and that plan. ``val_check_steps``: validate every this many optimiser steps
@@ -157,8 +140,7 @@ def make_trainer(cfg: DeviceConfig, global_batch: int, val_check_steps: int | No
     import pytorch_lightning as pl
 
     cfg.validate_devices()
-    strategy = cfg.strategy
-    if strategy == "deepspeed":
+    if cfg.strategy == "deepspeed":
         import importlib.util
 
         if importlib.util.find_spec("deepspeed") is None:
@@ -169,10 +151,9 @@ def make_trainer(cfg: DeviceConfig, global_batch: int, val_check_steps: int | No
     if val_check_steps is not None:
         defaults.update(val_check_interval=val_check_steps * plan.accumulate, check_val_every_n_epoch=None)
     trainer = pl.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, num_nodes=cfg.num_nodes,
-                         strategy=strategy, accumulate_grad_batches=plan.accumulate, **{**defaults, **kwargs})
+                         strategy=cfg.strategy, accumulate_grad_batches=plan.accumulate, **{**defaults, **kwargs})
     return trainer, plan
 
 
 __all__ = ["DeviceConfig", "BatchPlan", "batch_plan", "make_trainer", "check_resume", "resume_point", "forward_index",
-           "is_rank_zero",
            "STRATEGIES"]

@@ -17,6 +17,8 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
+from .utils import is_rank_zero
+
 
 class RngState(pl.Callback):
     """Save and restore the global random states with the checkpoint (see the module docstring)."""
@@ -48,9 +50,7 @@ class LogHistory:
     """
 
     def __init__(self, log_csv: Path, checkpoint: Path | None):
-        from pytorch_lightning.utilities import rank_zero_only
-
-        if getattr(rank_zero_only, "rank", 0) != 0:
+        if not is_rank_zero():
             checkpoint = None                       # other ranks: nothing to keep or merge
         self.log_csv, self.checkpoint = Path(log_csv), checkpoint
         self.history = self.log_csv.parent / "history.csv"

@@ -38,14 +38,21 @@ def prepare_run_dir(path: str | os.PathLike) -> Path:
     return p
 
 
+def is_rank_zero() -> bool:
+    """Whether this process is global rank 0, known before ``trainer.fit`` (Lightning reads the rank that its
+    launcher or SLURM put in the environment). Files that one process writes (run folders, logs kept across
+    resumes, the final model) are written by rank 0 only."""
+    from pytorch_lightning.utilities import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) == 0
+
+
 def write_run_config(path: str | os.PathLike, config: dict) -> Path:
     """Create the training run directory ``path`` and write its resolved ``config.yaml`` (:func:`prepare_run_dir`),
     on global rank 0 only: the other ranks of a multi-device run write nothing. Returns the directory.
     Raises :class:`RunDirError`."""
-    from pytorch_lightning.utilities import rank_zero_only
-
     p = Path(path)
-    if getattr(rank_zero_only, "rank", 0) == 0:
+    if is_rank_zero():
         import yaml
 
         p = prepare_run_dir(p)

@@ -92,7 +92,7 @@ def self_distill_windows(model, tokens: np.ndarray, n: int, prompt_len: int, gen
                             pad_id=pad_id)
             rows += [p + t for p, t in zip(chunk, res.tokens)]
     windows = torch.tensor(rows, dtype=torch.long)
-    from ..distributed import is_rank_zero
+    from ..utils import is_rank_zero
 
     if is_rank_zero():                  # every rank generates the same rows; one writes the cache
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.accelerators import CPUAccelerator
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
 from ..data import LMDataModule
-from ..distributed import BatchPlan, DeviceConfig, batch_plan, is_rank_zero, make_trainer, resume_point
+from ..distributed import BatchPlan, DeviceConfig, batch_plan, make_trainer, resume_point
 from ..evaluation.metrics import whitespace_ids
 from ..model.io import save_checkpoint
 from ..model.load import load_model
@@ -30,7 +31,7 @@ from ..model.presets import PRESETS, preset_config
 from ..model.trimode import TriModeLM
 from ..model.unlikelihood import repeated_ngram_mask, unlikelihood_loss
 from ..tokenizer import MASK_ID, byte_tokenizer
-from ..utils import RunDirError, step_generator, write_run_config
+from ..utils import RunDirError, is_rank_zero, step_generator, write_run_config
 from ..resume import LogHistory, RngState
 from ..schedule import optimizer_config
 
@@ -336,10 +337,10 @@ class TriModeLMModule(pl.LightningModule):
         forward's values are summed here and logged at the step's last forward) and over ranks
         (``sync_dist``), so the logged loss is the global batch's whatever the devices and accumulation."""
         a = self.plan.accumulate
-        values = {k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in logs.items()}
-        if a == 1:
-            self.log_dict(values, prog_bar=True, sync_dist=self.sync)
+        if a == 1:                                  # the values as they are: no host sync on the hot path
+            self.log_dict(logs, prog_bar=True, sync_dist=self.sync)
             return
+        values = {k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in logs.items()}
         micro = self.plan.micro_step(self.global_rank, int(rows[0]))
         acc = self._step_logs = {} if micro == 0 else self._step_logs
         for k, v in values.items():
@@ -566,7 +567,7 @@ def train_lm(cfg: LMTrainConfig) -> Path:
         logger=[CSVLogger(out, name="logs", version=0), TensorBoardLogger(out, name="tb", version=0)],
         callbacks=[ckpt, RngState()], enable_progress_bar=cfg.progress_bar, log_every_n_steps=cfg.log_every_n_steps,
         max_time=cfg.max_time)
-    if cfg.attention == "flex" and type(trainer.accelerator).__name__ == "CPUAccelerator":
+    if cfg.attention == "flex" and isinstance(trainer.accelerator, CPUAccelerator):
         raise ValueError("the flex attention path trains on GPUs only (PyTorch has no FlexAttention backward on "
                          "CPU); use --attention dense or sdpa_bool here")
     data = LMDataModule(cfg.corpus, cfg.seq_len, cfg.batch_size, train_windows=cfg.max_steps * cfg.batch_size,

@@ -160,7 +160,10 @@ def run_sweep(cfg: SweepConfig) -> dict:
     before = _completed(study)
     t0 = time.time()
     if before < cfg.n_trials:
-        run_workers(partial(_sweep_worker, asdict(cfg)), cfg.n_workers, study)
+        try:
+            run_workers(partial(_sweep_worker, asdict(cfg)), cfg.n_workers, study)
+        finally:
+            _OBJECTIVES.clear()             # the cache spans one sweep (its workers and the retry pass)
     trials = export_study(study, out, cfg.accuracy)
     return {"study": cfg.study, "trials_before": before, "trials_after": _completed(study),
             "wall_s": time.time() - t0, "pareto": trials["pareto"].to_dict(orient="records"), "out_dir": str(out)}
@@ -175,13 +178,20 @@ def _open(cfg: SweepConfig, index: int) -> optuna.Study:
                       cfg.heartbeat_interval, directions=["maximize", "maximize"])
 
 
+#: The loaded objective (model, prompts, serial targets) of the sweep this process is running.
+_OBJECTIVES: dict[str, "ThresholdObjective"] = {}
+
+
 def _sweep_worker(cfg: dict, index: int, ready=lambda: None) -> None:
     """Worker ``index`` of a sweep (:func:`~workbench.tune.workers.run_workers`): open the study, load the model,
     wait for the other workers (``ready``) and run trials until the study has ``n_trials`` complete ones."""
+    key = json.dumps(cfg, sort_keys=True)
     cfg = SweepConfig(**cfg)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = _open(cfg, index)
-    objective = ThresholdObjective(cfg)
+    if key not in _OBJECTIVES:              # once per process (the parent's retry pass reuses its model)
+        _OBJECTIVES[key] = ThresholdObjective(cfg)
+    objective = _OBJECTIVES[key]
     ready()                                 # all workers loaded: start together
     optimize_until(study, objective, cfg.n_trials, (optuna.trial.TrialState.COMPLETE,))
 
