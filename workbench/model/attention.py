@@ -77,16 +77,10 @@ def dual_stream_block_mask(seq_len: int, block_length: int, device, causal_in_bl
 
 def to_path(mask, path: str):
     """``mask`` ``(N, 1, Q, K)`` (additive float, or boolean with True = attend) in ``path``'s representation:
-    additive (``dense``), boolean (``sdpa_bool``) or a ``BlockMask`` over its boolean tensor (``flex``). Other
-    objects (a ``BlockMask`` already, None) are returned as they are."""
-    if not isinstance(mask, torch.Tensor):
+    itself (``dense``, whose masks are built additive), boolean (``sdpa_bool``) or a ``BlockMask`` over its
+    boolean tensor (``flex``). Other objects (a ``BlockMask`` already, None) are returned as they are."""
+    if not isinstance(mask, torch.Tensor) or path == "dense":
         return mask
-    if path == "dense":
-        if mask.dtype != torch.bool:
-            return mask
-        from .masks import to_additive
-
-        return to_additive(mask[:, 0], torch.float32)
     allowed = mask if mask.dtype == torch.bool else mask == 0
     if path == "sdpa_bool":
         return allowed

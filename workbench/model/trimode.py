@@ -224,7 +224,7 @@ class TriModeLM(nn.Module):
                 allowed = k_pos[:, None, :] <= pos[:, :, None]
                 attn = to_additive(allowed, self.mask_dtype)
             attn = layer_masks(attn, pos, k_pos, self.layout)
-        if self.attention_path != "dense" or (isinstance(attn, torch.Tensor) and attn.dtype == torch.bool):
+        if self.attention_path != "dense":
             path = self.attention_path
             attn = {k: to_path(v, path) for k, v in attn.items()} if isinstance(attn, dict) else to_path(attn, path)
         kw = {cache_keyword(self.backbone): cache} if cache is not None else {}
