@@ -119,6 +119,35 @@ def test_flex_block_masks_equal_the_dense_masks_on_cpu():
     assert dual_stream_block_mask(1024, 16, "cpu").sparsity() > 60.0     # percent of tiles skipped (68.75)
 
 
+def test_flex_path_forward_equals_dense_on_cpu(monkeypatch):
+    """The model on the flex path, forward only, on CPU: dual-stream logits and a cached decoding block equal the
+    dense reference. transformers compiles FlexAttention, which inductor cannot build here (see above), so the
+    test hands the model FlexAttention's eager kernel instead; a spy checks every layer ran it with a BlockMask.
+    Gradients need the GPU test below (PyTorch has no FlexAttention backward on CPU)."""
+    import warnings
+
+    import transformers.integrations.flex_attention as hf_flex
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+    calls = []
+
+    def eager_flex(*args, **kwargs):
+        calls.append(isinstance(kwargs.get("block_mask"), BlockMask))
+        return flex_attention(*args, **kwargs)
+
+    monkeypatch.setattr(hf_flex.WrappedFlexAttention, "__call__", lambda self: eager_flex)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                     # "flex_attention called without torch.compile()"
+        ar, diff, _ = _dual_stream(_model("flex"), grad=False)
+        block = _decode_block(_model("flex"))
+    layers = preset_config("micro").num_hidden_layers
+    assert len(calls) == 3 * layers and all(calls)          # dual stream, prefix extend, decoding block
+    ref_ar, ref_diff, _ = _dual_stream(_model("dense"), grad=False)
+    torch.testing.assert_close(ar, ref_ar, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(diff, ref_diff, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(block, _decode_block(_model("dense")), atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.gpu
 def test_flex_path_equals_dense_on_gpu():
     """The model on the compiled flex path: dual-stream logits and gradients equal the dense reference."""
