@@ -80,6 +80,32 @@ def test_linear_self_speculation_on_gated_model_is_lossless(ar_checkpoint):
         assert got.tokens == want
 
 
+def test_quadratic_self_speculation_drafts_with_the_gate_and_is_lossless(ar_checkpoint):
+    """One quadratic forward (NLD App. C) on a gated model: the speculative stream's AR logits are the base's
+    exactly, the mask groups carry the LoRA residual (their drafts come from the converted diffusion mode, not
+    the unconverted base), and the decode equals the base's AR greedy."""
+    from workbench.speculative.context import SpecContext
+    from workbench.speculative.quadratic import quadratic_forward
+
+    model, tok = _gated(ar_checkpoint)
+    base, _, _ = load_model(str(ar_checkpoint))
+    ids = _ids(tok, length=12)
+    spec = _ids(tok, length=15)[:, 12:]
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    with torch.no_grad():
+        ar, diff = quadratic_forward(model, SpecContext.prefill(model, ids, valid), spec, 4, keep_spec=False)
+        with lora_positions(model, False):
+            ar_off, diff_off = quadratic_forward(model, SpecContext.prefill(model, ids, valid), spec, 4,
+                                                 keep_spec=False)
+    assert torch.equal(ar, ar_off)                                       # the verifier is the base
+    words = torch.arange(diff.shape[-1]) != model.mask_token_id          # [MASK] is -inf in both
+    assert (diff - diff_off)[..., words].abs().max() > 1e-3              # the drafts use the adapter
+    prompts = [list(range(5, 25)), list(range(40, 52))]
+    want = get_policy("ar_greedy")(base, prompts, 24).tokens
+    for k in (2, 4):
+        assert get_policy("ss_quadratic")(model, prompts, 24, draft_length=k).tokens == want
+
+
 def test_adapter_round_trip_plain_peft_and_fingerprint(ar_checkpoint, tmp_path):
     model, tok = _gated(ar_checkpoint)
     out = save_gated_adapter(model, tmp_path / "adapter", {"base_fingerprint": model.base_fingerprint},

@@ -154,7 +154,7 @@ class TriModeLM(nn.Module):
         gate[:, :seq_len] = True
         with lora_positions(self, gate):
             logits = self.call_backbone(ids, pos, mask)
-        return self._hide_mask(logits[:, seq_len:]), logits[:, :seq_len]
+        return self.hide_mask_column(logits[:, seq_len:]), logits[:, :seq_len]
 
     def noisy_stream_logits(self, clean: torch.Tensor, noisy: torch.Tensor, block_length: int,
                             causal_in_block: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,7 +180,7 @@ class TriModeLM(nn.Module):
         pos = torch.arange(seq_len, device=clean.device).unsqueeze(0).expand(n, -1)
         cache = self.new_cache()
         with torch.no_grad(), lora_positions(self, False):
-            clean_logits = self._hide_mask(self.forward_backbone(clean, pos, None, cache))
+            clean_logits = self.hide_mask_column(self.forward_backbone(clean, pos, None, cache))
         allowed = dual_stream_allowed(seq_len, block_length, clean.device, causal_in_block)[:seq_len]
         allowed = torch.cat([allowed[:, seq_len:], allowed[:, :seq_len]], dim=1)   # keys [clean | noisy]
         with lora_positions(self, True):
@@ -190,11 +190,12 @@ class TriModeLM(nn.Module):
     def causal_logits(self, ids: torch.Tensor) -> torch.Tensor:
         """Plain causal forward ``(N, L) -> (N, L, V)`` (AR mode without cache; stage-1 training)."""
         with lora_positions(self, False):
-            return self._hide_mask(self.backbone(input_ids=ids, use_cache=False).logits)
+            return self.hide_mask_column(self.backbone(input_ids=ids, use_cache=False).logits)
 
-    def _hide_mask(self, logits: torch.Tensor) -> torch.Tensor:
-        """AR logits of a gated model with the added mask token's column at -inf: the base model never had
-        that token, so its AR distribution (and argmax) is the base's exactly."""
+    def hide_mask_column(self, logits: torch.Tensor) -> torch.Tensor:
+        """AR logits ``(..., V)`` of a gated model, or of one with an added mask token, with the mask token's
+        column at -inf: the base model never had that token, so its AR distribution (and argmax) is the
+        base's exactly. Other models' logits are returned as they are."""
         if (self.gated or self.hide_mask_logit) and self._mask_token_id is not None \
                 and logits.shape[-1] > self._mask_token_id:
             logits = logits.clone()
@@ -254,8 +255,8 @@ class TriModeLM(nn.Module):
         With a gated LoRA this is the frozen base model (adapter off)."""
         if self.gated:
             with lora_positions(self, False):
-                return self._hide_mask(self._cached_forward(ids, cache, key_valid, causal=True))
-        return self._hide_mask(self._cached_forward(ids, cache, key_valid, causal=True))
+                return self.hide_mask_column(self._cached_forward(ids, cache, key_valid, causal=True))
+        return self.hide_mask_column(self._cached_forward(ids, cache, key_valid, causal=True))
 
     def extend_and_diffuse(self, chunk: torch.Tensor, block: torch.Tensor, cache: DynamicCache,
                            key_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -280,7 +281,7 @@ class TriModeLM(nn.Module):
         with lora_positions(self, gate):
             logits = self.call_backbone(ids, pos, to_additive(allowed, self.mask_dtype), cache)
         cache.crop(-b)
-        return self._hide_mask(logits[:, :w]), logits[:, w:]
+        return self.hide_mask_column(logits[:, :w]), logits[:, w:]
 
     def diffusion_logits(self, block: torch.Tensor, cache: DynamicCache, key_valid: torch.Tensor) -> torch.Tensor:
         """Diffusion logits of a block over the cached clean prefix, without growing the cache.

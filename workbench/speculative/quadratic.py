@@ -32,8 +32,11 @@ needs an initial draft: one forward over ``[x_{n+1}] + [m_1..m_k]`` (same layout
 
 Lossless: with λ = 1 and temperature 0 the output equals AR greedy decoding; with λ = 1 and
 temperature > 0 it is distributed as AR sampling. With λ < 1 the output follows the ensemble, not the
-AR model. A LoRA drafter adapter is disabled for the whole decode: one forward cannot run the adapter
-on the masks only, and the verifier must be the plain AR model.
+AR model. Adapters: a gated LoRA (a converted AR model, :mod:`workbench.model.gated_lora`) runs per token
+in the one forward, base + LoRA on the mask groups and the base alone on the speculative stream, so the
+drafts come from the converted diffusion mode and the verifier is still the base. A plain LoRA drafter
+adapter cannot be limited to the masks inside one forward, so it is disabled for the whole decode (the
+verifier must be the plain AR model).
 """
 from __future__ import annotations
 
@@ -70,11 +73,12 @@ def quadratic_forward(model, ctx: SpecContext, spec: torch.Tensor, group_size: i
     attn = quadratic_mask(ctx.valid, a, group_size, model.mask_dtype)
     gate = torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
     gate[:, a:] = True                       # gated LoRA: the mask groups are the noisy stream, spec is clean
-    with lora_positions(model, gate):
+    # a gated LoRA serves both streams in this forward; a plain LoRA drafter is switched off (it has no gate)
+    with lora_positions(model, gate) if model.gated else verifier_mode(model):
         logits = model.forward_backbone(ids, pos, attn, ctx.cache)
     ctx.cache.crop(-(a * group_size if keep_spec else a + a * group_size))
     diff = masked_draft_logits(logits[:, a:].reshape(n, a, group_size, -1), model.mask_token_id)
-    return logits[:, :a].float(), diff
+    return model.hide_mask_column(logits[:, :a]).float(), diff
 
 
 def ensemble_verifier(ar_logits: torch.Tensor, diff_logits: torch.Tensor, ensemble_lambda: float,
@@ -107,8 +111,7 @@ class QuadraticSpeculator:
 
     def start(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> None:
         """Initial draft of the segment: groups of ``k`` masks after ``x_{n+1}`` alone (one forward)."""
-        with verifier_mode(self.model):
-            _, diff = quadratic_forward(self.model, ctx, ctx.last[:, None], self.k, keep_spec=False)
+        _, diff = quadratic_forward(self.model, ctx, ctx.last[:, None], self.k, keep_spec=False)
         tally.count(active)
         self.draft, self.q = pick_draft(diff[:, 0], self.temperature, self.generator)
         self.draft_q = token_probs(diff[:, 0], self.draft, self.temperature)
@@ -116,8 +119,7 @@ class QuadraticSpeculator:
     def cycle(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> list[list[int]]:
         k, draft = self.k, self.draft
         spec = torch.cat([ctx.last[:, None], draft], dim=1)
-        with verifier_mode(self.model):
-            ar, diff = quadratic_forward(self.model, ctx, spec, k + 1, keep_spec=True)
+        ar, diff = quadratic_forward(self.model, ctx, spec, k + 1, keep_spec=True)
         tally.count(active)
         if self.lam == 1.0:
             res = verify(draft, self.q, ar, self.temperature, self.generator)
@@ -144,7 +146,8 @@ def quadratic_self_speculation(model, prompts: list[list[int]], gen_len: int, dr
     """Quadratic self-speculation decoding (NLD App. C, Eq. 11), batched over prompts of any lengths.
 
     Args:
-        model: a :class:`~workbench.model.trimode.TriModeLM` (a LoRA adapter on it is disabled throughout).
+        model: a :class:`~workbench.model.trimode.TriModeLM` (a gated LoRA runs on the mask groups only; a
+            plain LoRA drafter adapter is disabled throughout).
         prompts: N prompts of token ids (left-padded internally with ``pad_id``).
         gen_len: tokens emitted per prompt (the last iteration is truncated).
         draft_length: k, speculative tokens verified per iteration; one forward holds
