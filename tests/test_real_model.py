@@ -51,6 +51,7 @@ def test_trimode_ar_is_the_base_and_self_speculation_is_lossless(smollm2):
     assert get_policy("ar_greedy")(tri, prompts, 32).tokens == want
     for k in (4, 8):
         assert get_policy("ss_linear")(tri, prompts, 32, draft_length=k).tokens == want
+        assert get_policy("ss_quadratic")(tri, prompts, 32, draft_length=k).tokens == want
 
 
 def test_r_isd_on_the_shipped_idlm_adapter_is_lossless(smollm2):
