@@ -116,6 +116,25 @@ def test_adapter_round_trip_plain_peft_and_fingerprint(ar_checkpoint, tmp_path):
     noisy = torch.full_like(ids, model.mask_token_id)
     with torch.no_grad():
         assert torch.equal(model.dual_stream_logits(ids, noisy, 4)[1], again.dual_stream_logits(ids, noisy, 4)[1])
+    # an inference load bakes the mask row into the base weight (no per-forward peft row swap): the cached
+    # diffusion block and AR mode are unchanged, and AR mode is still the base's exactly
+    from peft.utils.other import TrainableTokensWrapper
+
+    assert not any(isinstance(m, TrainableTokensWrapper) for m in again.backbone.modules())
+    assert any(isinstance(m, TrainableTokensWrapper) for m in model.backbone.modules())
+    base_only, _, _ = load_model(str(ar_checkpoint))
+    block = torch.full((2, 4), model.mask_token_id)
+    block[:, 0] = ids[:, -1]
+    valid = torch.ones(2, ids.shape[1] + 4, dtype=torch.bool)
+    with torch.no_grad():
+        outs = []
+        for m in (model, again):
+            cache = m.new_cache()
+            ar = m.extend(ids, cache, valid[:, :ids.shape[1]])
+            outs.append((ar, m.diffusion_logits(block, cache, valid)))
+        want = base_only.extend(ids, base_only.new_cache(), valid[:, :ids.shape[1]])
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[1][0][..., :want.shape[-1]], want)
+    torch.testing.assert_close(outs[1][1], outs[0][1], atol=1e-6, rtol=1e-6)
     # plain peft reloads the weights on the base with the mask row added
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
