@@ -241,3 +241,28 @@ def test_diffusion_paths_without_mask_token_name_the_flag(ar_checkpoint):
     get_policy("ar_greedy")(model, [[1, 2, 3]], 4)                       # AR needs no mask token
     with pytest.raises(TokenizerError, match="--add_mask_token"):
         get_policy("confidence")(model, [[1, 2, 3]], 4, block_length=4)
+
+
+def test_bf16_true_casts_weights_not_buffers_and_keeps_ar_mode_the_base(ar_checkpoint):
+    """'bf16-true' stores the weights (adapter included) in bf16 and leaves RoPE's inv_freq in fp32; AR mode of
+    the gated model is still the base's exactly (the base cast the same way), and speculative decoders run."""
+    from workbench.decoding.base import PRECISIONS, cast_for_precision
+    from workbench.leaderboard.config import LeaderboardConfig
+
+    model, _ = _gated(ar_checkpoint)
+    base, _, _ = load_model(str(ar_checkpoint))
+    for m in (model, base):
+        cast_for_precision(m, "bf16-true")
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert all(b.dtype == torch.float32 for n, b in model.named_buffers() if n.endswith("inv_freq"))
+    prompts = [list(range(5, 25)), list(range(40, 52))]
+    want = get_policy("ar_greedy")(base, prompts, 16, precision="bf16-true").tokens
+    assert get_policy("ar_greedy")(model, prompts, 16, precision="bf16-true").tokens == want
+    for name in ("ss_linear", "ss_quadratic"):
+        out = get_policy(name)(model, prompts, 16, draft_length=3, precision="bf16-true")
+        assert [len(t) for t in out.tokens] == [16, 16]
+    with pytest.raises(Exception, match="valid: " + ", ".join(PRECISIONS)):
+        cast_for_precision(model, "fp16")
+    LeaderboardConfig(precision="bf16-true").validate()
+    with pytest.raises(Exception, match="bf16-true"):
+        LeaderboardConfig(precision="fp16").validate()

@@ -25,7 +25,7 @@ class DecodeConfig:
     temperature: float = 1.0
     """Sampling temperature of ar_sample."""
     precision: str = "fp32"
-    """'fp32' or 'bf16'."""
+    """'fp32', 'bf16' (bf16 autocast on fp32 weights) or 'bf16-true' (weights stored in bf16; faster on CPU)."""
     device: str = "auto"
     """'cpu', 'cuda' or 'auto'."""
     add_mask_token: bool = False
@@ -75,11 +75,14 @@ def main(argv: list[str]) -> int:
     from ..model.load import load_model, resolve_device
     from ..tokenizer import bos_prefix
     from . import get_policy
+    from .base import cast_for_precision, check_precision
 
     cfg = parse_dataclass("workbench decode", DecodeConfig, argv)
     fn = get_policy(cfg.policy)
     text = _read_prompt(cfg.prompt)
+    check_precision(cfg.precision)
     model, tok, _ = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
+    cast_for_precision(model, cfg.precision)
     from ..model.attention import set_attention_path
 
     set_attention_path(model, cfg.attention)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..decoding.base import DecodeError, check_threshold
+from ..decoding.base import DecodeError, check_precision, check_threshold
 
 MODES = ("real", "free")
 
@@ -58,10 +58,12 @@ class LeaderboardConfig:
     batch_size: int = 16
     """Prompts decoded together in lockstep."""
     precision: str = "fp32"
-    """'fp32' or 'bf16' (autocast). The default is fp32, where a lossless claim is checkable: lossless decoders
-    are exact there. In bf16 every decode path rounds its own way (a (k + 1)-token verify forward differently from
-    AR's one-token steps, and bf16 AR greedy itself leaves fp32 AR greedy), so `lossless` is mostly false and the
-    agreement columns show how much that costs; use bf16 for speed (GPU)."""
+    """'fp32', 'bf16' (fp32 weights, bf16 autocast) or 'bf16-true' (the target's weights stored in bf16, the
+    same autocast; the fast one on a CPU, where 'bf16' re-casts every weight at every forward). The default is
+    fp32, where a lossless claim is checkable: lossless decoders are exact there. In bf16 every decode path
+    rounds its own way (a (k + 1)-token verify forward differently from AR's one-token steps, and bf16 AR greedy
+    itself leaves fp32 AR greedy), so `lossless` is mostly false and the agreement columns show how much that
+    costs; use bf16-true for wall-clock comparisons."""
     device: str = "auto"
     """'cpu', 'cuda' or 'auto'."""
     add_mask_token: bool = False
@@ -87,7 +89,6 @@ class LeaderboardConfig:
             raise ValueError("--n_prompts, --prompt_len and --batch_size must be positive")
         if not self.temperature > 0:
             raise ValueError(f"--temperature must be > 0, got {self.temperature}")
-        if self.precision not in ("bf16", "fp32"):
-            raise ValueError(f"unknown precision {self.precision!r}; valid: bf16, fp32")
+        check_precision(self.precision)
         if self.sol_budget < 1:
             raise ValueError(f"--sol_budget must be ≥ 1, got {self.sol_budget}")

@@ -18,9 +18,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
+import torch
 from tqdm.auto import tqdm
 
-from ..decoding.base import DecodeError, stop_at_eos
+from ..decoding.base import DecodeError, cast_for_precision, stop_at_eos
 from ..decoding.registry import DecoderSpec, get_decoder, load_decoders
 from ..evaluation.harness import decode_prompts
 from ..evaluation.metrics import whitespace_ids
@@ -90,6 +91,10 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
     meta = None
     if model is None:
         model, tokenizer, meta = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
+        cast_for_precision(model, cfg.precision)
+    elif cfg.precision == "bf16-true" and model.mask_dtype != torch.bfloat16:
+        raise ValueError("precision bf16-true needs the target's weights in bf16 "
+                         "(decoding.base.cast_for_precision); the model given has " + str(model.mask_dtype))
     check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
     artefacts, missing = _artefacts(cfg, specs, model, tokenizer)
     adapter_model = None
@@ -97,6 +102,7 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
         from ..speculative.adapter import load_adapter
 
         adapter_model = load_adapter(load_model(cfg.model, model.device, cfg.add_mask_token)[0], cfg.adapter).eval()
+        cast_for_precision(adapter_model, cfg.precision)
     enc = None if is_byte_tokenizer(tokenizer) else tokenizer
     prompts = make_prompts(by_split(load_corpus(cfg.corpus), cfg.split), cfg.n_prompts, cfg.prompt_len,
                            cfg.gen_len, enc)
