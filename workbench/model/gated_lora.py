@@ -21,7 +21,7 @@ the weights; the gating itself is this module's.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -30,15 +30,15 @@ from torch import nn
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 #: Attribute set on the backbone (a ``PeftModel``) that carries the gate.
 _GATE_ATTR = "_workbench_lora_gate"
+#: Attribute set on a peft backbone by :func:`adapters_disabled`: its tuner layers, found once.
+_LAYERS_ATTR = "_workbench_tuner_layers"
 
 
 @dataclass
 class LoRAGate:
-    """The current per-token gate ``(N, Q, 1)`` (``None``: no scaling) shared by every ``lora_B`` hook, and the
-    backbone's peft tuner layers (LoRA linears, trainable tokens), found once for :func:`lora_positions`."""
+    """The current per-token gate ``(N, Q, 1)`` (``None``: no scaling) shared by every ``lora_B`` hook."""
 
     gate: torch.Tensor | None = None
-    layers: list = field(default_factory=list)
 
     def hook(self, module: nn.Module, inputs, output: torch.Tensor) -> torch.Tensor:
         return output if self.gate is None else output * self.gate.to(output.dtype)
@@ -156,21 +156,43 @@ def save_gated_adapter(model, out_dir, meta: dict, dtype: torch.dtype = torch.bf
 
 
 def _install_gate(backbone: nn.Module) -> None:
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
     gate = LoRAGate()
     for name, mod in backbone.named_modules():
         if name.endswith("lora_B") and isinstance(mod, nn.ModuleDict):
             for sub in mod.values():
                 sub.register_forward_hook(gate.hook)
-        if isinstance(mod, BaseTunerLayer):
-            gate.layers.append(mod)
     setattr(backbone, _GATE_ATTR, gate)
 
 
 def is_gated(model) -> bool:
     """True if ``model`` (TriModeLM) carries a gated LoRA."""
     return hasattr(model.backbone, _GATE_ATTR)
+
+
+@contextlib.contextmanager
+def adapters_disabled(backbone: nn.Module):
+    """Run the forwards inside on the base weights of the peft model ``backbone`` (no-op for a plain model).
+
+    The same switch as peft's ``disable_adapter()``: it sets the per-layer flag that peft sets
+    (``BaseTunerLayer._disable_adapters``; each layer then runs its base layer alone) and restores it after, on
+    the tuner layers found once per backbone. peft's context manager walks every module and computes the
+    model's adapter status on each entry, about 16 ms per call on SmolLM2-135M: a third of a bf16 AR step,
+    paid at every AR step or verify forward of a converted model.
+    """
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = getattr(backbone, _LAYERS_ATTR, None)
+    if layers is None:
+        layers = [m for m in backbone.modules() if isinstance(m, BaseTunerLayer)]
+        setattr(backbone, _LAYERS_ATTR, layers)
+    before = [layer._disable_adapters for layer in layers]
+    for layer in layers:
+        layer._disable_adapters = True
+    try:
+        yield
+    finally:
+        for layer, flag in zip(layers, before):
+            layer._disable_adapters = flag
 
 
 @contextlib.contextmanager
@@ -181,10 +203,7 @@ def lora_positions(model, on):
     tensor that is all False or all True takes the corresponding fast path. A model without gated LoRA ignores
     ``on``.
 
-    ``False`` sets the per-layer flag that peft's ``disable_adapter()`` sets (``BaseTunerLayer._disable_adapters``;
-    every layer then runs its base layer alone) on the layers found when the gate was installed, and restores it
-    after. peft's own context manager walks every module and computes the model's adapter status on each entry,
-    about 16 ms per call on SmolLM2-135M: a third of a bf16 AR step, paid at every AR step of a converted model.
+    ``False`` is :func:`adapters_disabled`.
     """
     if not is_gated(model):
         yield
@@ -196,14 +215,8 @@ def lora_positions(model, on):
         elif not bool(on.any()):
             on = False
     if on is False:
-        before = [layer._disable_adapters for layer in gate.layers]
-        for layer in gate.layers:
-            layer._disable_adapters = True
-        try:
+        with adapters_disabled(model.backbone):
             yield
-        finally:
-            for layer, flag in zip(gate.layers, before):
-                layer._disable_adapters = flag
         return
     prev = gate.gate
     gate.gate = None if on is True else on[..., None]
@@ -214,4 +227,4 @@ def lora_positions(model, on):
 
 
 __all__ = ["DEFAULT_TARGETS", "attach_gated_lora", "load_gated_lora", "bake_mask_rows", "save_gated_adapter",
-           "lora_positions", "is_gated", "lora_size_bytes"]
+           "adapters_disabled", "lora_positions", "is_gated", "lora_size_bytes"]

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from peft import PeftModel
 
+from ..model.gated_lora import adapters_disabled
+
 
 def has_adapter(model) -> bool:
     """True if ``model.backbone`` (a :class:`~workbench.model.trimode.TriModeLM`) is a peft model."""
@@ -18,8 +20,9 @@ def has_adapter(model) -> bool:
 
 
 def verifier_mode(model):
-    """Context manager: forwards inside run without the adapter (the AR verifier / prefix KV cache)."""
-    return model.backbone.disable_adapter() if has_adapter(model) else contextlib.nullcontext()
+    """Context manager: forwards inside run without the adapter (the AR verifier / prefix KV cache).
+    :func:`~workbench.model.gated_lora.adapters_disabled`: peft's switch without its per-call model walk."""
+    return adapters_disabled(model.backbone) if has_adapter(model) else contextlib.nullcontext()
 
 
 def check_adapter_dir(adapter_dir) -> Path:

@@ -1,0 +1,144 @@
+"""Per-forward cost of a converted (gated-LoRA) model's inference paths, each fix against what it replaced.
+
+On ``smollm2-135m-trimode`` (or ``--model``), after a ``--prefix``-token prompt in the KV cache, batch 1:
+
+* ``ar_step``: one AR token (adapter off): the base weights switched on through peft's ``disable_adapter()``,
+  which walks the model and computes its adapter status on every call, against
+  :func:`~workbench.model.gated_lora.adapters_disabled`, which flips the same per-layer flag on layers found once;
+* ``gated_forward``: ``--tokens`` new tokens with the LoRA on the last three quarters (a quadratic
+  self-speculation forward at k = 2 is 12 tokens): peft's trainable-tokens wrapper, which rebuilds the whole
+  embedding and tied head with the mask row swapped in at every forward, against the row baked into the base
+  weight (:func:`~workbench.model.gated_lora.bake_mask_rows`);
+* ``precision``: the AR step in 'bf16' (fp32 weights under bf16 autocast, re-cast at every forward) against
+  'bf16-true' (weights stored in bf16, :func:`~workbench.decoding.base.cast_for_precision`), and fp32.
+
+The two sides of each pair alternate, ``--repeats`` rounds of ``--n`` forwards each, so that machine load falls
+on both alike. One JSON line per pair: median ms per forward of each side and their ratio.
+Run e.g. ``python benchmarks/bench_gated_inference.py --threads 2``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from workbench.decoding.base import autocast_for, cast_for_precision
+from workbench.model.gated_lora import adapters_disabled, lora_positions
+from workbench.model.load import load_model
+
+
+def _ms_per_forward(fn, n: int) -> float:
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t) / n * 1e3
+
+
+def _pair(name: str, a, b, labels: tuple[str, str], n: int, repeats: int) -> dict:
+    a(), b()                                                   # warm-up
+    ta, tb = [], []
+    for _ in range(repeats):
+        ta.append(_ms_per_forward(a, n))
+        tb.append(_ms_per_forward(b, n))
+    ma, mb = statistics.median(ta), statistics.median(tb)
+    return {"benchmark": "gated_inference", "pair": name, f"{labels[0]}_ms": round(ma, 2),
+            f"{labels[1]}_ms": round(mb, 2), "ratio": round(ma / mb, 3)}
+
+
+def _forward(model, ids: torch.Tensor, cache, valid: torch.Tensor, on, switch=None):
+    """One cached forward of ``ids`` under ``lora_positions(on)`` (or the ``switch`` context), then crop."""
+    def run():
+        with torch.no_grad(), (switch() if switch is not None else lora_positions(model, on)):
+            model._cached_forward(ids, cache, valid, causal=True)
+        cache.crop(-ids.shape[1])
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m-trimode")
+    ap.add_argument("--prefix", type=int, default=256, help="prompt tokens in the KV cache")
+    ap.add_argument("--tokens", type=int, default=12, help="new tokens of the gated forward")
+    ap.add_argument("--n", type=int, default=20, help="forwards per timing round")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    g = torch.Generator().manual_seed(0)
+
+    def prefill(model, precision):
+        ids = torch.randint(0, 40000, (1, args.prefix), generator=g)
+        cache = model.new_cache()
+        with torch.no_grad(), autocast_for(model.device, precision):
+            model.extend(ids, cache, torch.ones_like(ids, dtype=torch.bool))
+        return cache
+
+    rows = []
+    one = torch.randint(0, 40000, (1, 1), generator=g)
+    kv1 = torch.ones(1, args.prefix + 1, dtype=torch.bool)
+    q = args.tokens
+    new = torch.randint(0, 40000, (1, q), generator=g)
+    kvq = torch.ones(1, args.prefix + q, dtype=torch.bool)
+    gate = torch.zeros(1, q, dtype=torch.bool)
+    gate[:, q // 4:] = True
+
+    # precision: the AR step in bf16 autocast, bf16-true and fp32 (separate models, same weights)
+    by_precision = {}
+    for precision in ("fp32", "bf16", "bf16-true"):
+        model, _, _ = load_model(args.model)
+        model.eval()
+        cast_for_precision(model, precision)
+        cache = prefill(model, precision)
+        ctx = autocast_for(model.device, precision)
+
+        def step(model=model, cache=cache, ctx=ctx):
+            with ctx:
+                _forward(model, one, cache, kv1, False)()
+        by_precision[precision] = step
+    rows.append(_pair("ar_step_precision", by_precision["bf16"], by_precision["bf16-true"],
+                      ("bf16_autocast", "bf16_true"), args.n, args.repeats))
+    rows.append(_pair("ar_step_precision", by_precision["fp32"], by_precision["bf16-true"],
+                      ("fp32", "bf16_true"), args.n, args.repeats))
+    del by_precision
+
+    # the adapter switch, on the bf16-true model
+    model, _, _ = load_model(args.model)
+    model.eval()
+    cast_for_precision(model, "bf16-true")
+    cache = prefill(model, "bf16-true")
+    rows.append(_pair("ar_step_adapter_off", _forward(model, one, cache, kv1, None, model.backbone.disable_adapter),
+                      _forward(model, one, cache, kv1, None, lambda: adapters_disabled(model.backbone)),
+                      ("peft_disable_adapter", "adapters_disabled"), args.n, args.repeats))
+
+    # the mask row: peft's per-forward rebuild (a trainable load keeps the wrapper) against the baked row
+    rows.append(_gated_pair(args, model, cache, new, kvq, gate))
+    for r in rows:
+        print(json.dumps(r))
+
+
+def _gated_pair(args, baked, cache, new, kvq, gate) -> dict:
+    """Gated forward with peft's trainable-tokens wrapper (the adapter loaded as trainable, so not baked) against
+    the baked row, both bf16-true, on their own caches of the same prefix."""
+    from workbench.model.load import attach_adapter
+    from workbench.model.named import resolve
+
+    path, adapter = resolve(args.model)
+    if adapter is None:
+        raise SystemExit(f"{args.model} carries no gated adapter")
+    base, tok, _ = load_model(str(path))
+    wrapped, _ = attach_adapter(base, tok, adapter, trainable=True)
+    wrapped.eval()
+    cast_for_precision(wrapped, "bf16-true")
+    ids = torch.randint(0, 40000, (1, args.prefix), generator=torch.Generator().manual_seed(1))
+    wcache = wrapped.new_cache()
+    with torch.no_grad():
+        wrapped.extend(ids, wcache, torch.ones_like(ids, dtype=torch.bool))
+    return _pair("gated_forward_mask_row", _forward(wrapped, new, wcache, kvq, gate),
+                 _forward(baked, new, cache, kvq, gate), ("peft_wrapper", "baked_row"), args.n, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
