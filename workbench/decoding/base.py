@@ -162,8 +162,13 @@ def cast_for_precision(model, precision: str):
     Why both bf16 modes exist: decoding a 135 M model on a CPU is memory-bound, and 'bf16' autocast re-casts
     every fp32 weight at every forward, so a one-token step of SmolLM2-135M on 2 cores takes about 78 ms in
     'bf16' against 45 ms in 'bf16-true' (and 64 ms in fp32). Wall-clock comparisons should use 'bf16-true'.
-    Buffers (RoPE's ``inv_freq``) stay fp32. Raises :class:`DecodeError` for an unknown precision."""
+    Buffers (RoPE's ``inv_freq``) stay fp32, and the model keeps the fingerprint of its loaded weights
+    (:func:`~workbench.model.fingerprint.model_fingerprint`). Raises :class:`DecodeError` for an unknown precision."""
     if check_precision(precision) == "bf16-true":
+        from ..model.fingerprint import SOURCE_FINGERPRINT_ATTR, model_fingerprint
+
+        if getattr(model, SOURCE_FINGERPRINT_ATTR, None) is None:      # stores and samplers name these weights
+            setattr(model, SOURCE_FINGERPRINT_ATTR, model_fingerprint(model))
         with torch.no_grad():
             for p in model.parameters():                   # parameters only: RoPE's inv_freq buffer stays fp32
                 if p.is_floating_point():

@@ -8,8 +8,18 @@ import json
 import torch
 
 
+#: Attribute set on a model whose weights were cast after loading (``decoding.base.cast_for_precision``): the
+#: fingerprint of the weights it was loaded with, which :func:`model_fingerprint` then returns.
+SOURCE_FINGERPRINT_ATTR = "source_fingerprint"
+
+
 def model_fingerprint(model) -> str:
-    """sha256 (first 16 hex digits) of the backbone's config JSON and every weight tensor's bytes."""
+    """sha256 (first 16 hex digits) of the backbone's config JSON and every weight tensor's bytes. A model cast
+    to bf16 for decoding keeps the fingerprint of its loaded weights (``SOURCE_FINGERPRINT_ATTR``), so it still
+    matches the stores and samplers made from it."""
+    cached = getattr(model, SOURCE_FINGERPRINT_ATTR, None)
+    if cached is not None:
+        return cached
     h = hashlib.sha256()
     bb = model.backbone if hasattr(model, "backbone") else model
     h.update(json.dumps(bb.config.to_diff_dict(), sort_keys=True, default=str).encode())
