@@ -249,11 +249,15 @@ def test_bf16_true_casts_weights_not_buffers_and_keeps_ar_mode_the_base(ar_check
     from workbench.decoding.base import PRECISIONS, cast_for_precision
     from workbench.leaderboard.config import LeaderboardConfig
 
+    from workbench.model.fingerprint import model_fingerprint
+
     model, _ = _gated(ar_checkpoint)
     base, _, _ = load_model(str(ar_checkpoint))
+    loaded = model_fingerprint(model)
     for m in (model, base):
         cast_for_precision(m, "bf16-true")
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert model_fingerprint(model) == loaded                 # its stores and samplers still match it
     assert all(b.dtype == torch.float32 for n, b in model.named_buffers() if n.endswith("inv_freq"))
     prompts = [list(range(5, 25)), list(range(40, 52))]
     want = get_policy("ar_greedy")(base, prompts, 16, precision="bf16-true").tokens

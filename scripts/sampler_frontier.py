@@ -1,0 +1,75 @@
+"""NLD Fig. 8 on a collected store: train the 4-layer attention sampler and its MLP-only ablation (NLD App. A)
+on a trajectory store, then compare the accuracy–TPF frontiers of the confidence and sampler policies on the same
+held-out prompts (real-context mode), as the demo's sampler stage does on its small store.
+
+Writes ``<out_dir>/sampler_attention``, ``sampler_mlp``, ``frontier_*.parquet`` / ``.png`` and ``summary.json``
+(held-out AUCs against the top-1-probability baseline, the frontier comparison at matched agreement with the
+serial target and with the real text, and the MLP ablation's frontier area). Example (issue 26 §3)::
+
+    python scripts/sampler_frontier.py --store runs/smollm2_store/trajectories.zarr \\
+        --model smollm2-135m-trimode --out_dir runs/smollm2_sampler
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from workbench.corpus import by_split, load_corpus
+from workbench.demo.stages.sampler import frontier_stage
+from workbench.evaluation.harness import EvalConfig
+from workbench.evaluation.prompts import make_prompts
+from workbench.model.load import load_model
+from workbench.sampler.train import SamplerTrainConfig, train_sampler
+from workbench.tokenizer import is_byte_tokenizer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--model", required=True, help="the model the store was collected from")
+    ap.add_argument("--out_dir", required=True)
+    ap.add_argument("--block_length", type=int, default=8)
+    ap.add_argument("--preset", default="default", help="sampler preset ('default': NLD App. A, d = 384)")
+    ap.add_argument("--max_epochs", type=int, default=4)
+    ap.add_argument("--n_prompts", type=int, default=16, help="held-out (test split) prompts of the frontier")
+    ap.add_argument("--prompt_len", type=int, default=192)
+    ap.add_argument("--gen_len", type=int, default=64)
+    ap.add_argument("--precision", default="bf16")
+    args = ap.parse_args()
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    base = SamplerTrainConfig(store=args.store, block_length=args.block_length, preset=args.preset, batch_size=256,
+                              lr=1e-3, warmup_steps=100, max_epochs=args.max_epochs, patience=3, model=args.model,
+                              num_workers=0, progress_bar=False, resume=True)
+    samplers = {}
+    for kind in ("attention", "mlp"):
+        d = out / f"sampler_{kind}"
+        path = train_sampler(replace(base, kind=kind, out_dir=str(d)))
+        m = json.loads((d / "metrics.json").read_text())
+        samplers[kind] = {"path": str(path), "best_val_auc": m["best_val_auc"],
+                          "auc_top1_prob": m.get("val/auc_top1_prob"), "n_train_rows": m["n_train_rows"],
+                          "n_val_rows": m["n_val_rows"], "global_step": m["global_step"],
+                          "wall_s": m["wall_s_this_run"]}
+        print(json.dumps({kind: samplers[kind]}), flush=True)
+
+    model, tok, _ = load_model(args.model)
+    model.eval()
+    docs = by_split(load_corpus("stdlib"), "test")
+    prompts = make_prompts(docs, args.n_prompts, args.prompt_len, args.gen_len,
+                           None if is_byte_tokenizer(tok) else tok)
+    ecfg = EvalConfig(model=args.model, n_prompts=args.n_prompts, prompt_len=args.prompt_len, gen_len=args.gen_len,
+                      block_lengths=[args.block_length], modes=["real"], precision=args.precision,
+                      batch_size=args.n_prompts, out_dir=str(out), progress_bar=False)
+    fr = frontier_stage(model, tok, prompts, ecfg, samplers["attention"]["path"], args.block_length, out,
+                        mlp_path=samplers["mlp"]["path"])
+    summary = {"store": args.store, "model": args.model, "samplers": samplers,
+               "frontier": {k: v for k, v in fr.items() if k != "summary"}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    print(json.dumps(summary["frontier"], indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
