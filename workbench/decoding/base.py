@@ -160,8 +160,9 @@ def cast_for_precision(model, precision: str):
     place, for 'bf16-true'; other precisions leave it as it is. Returns ``model``.
 
     Why both bf16 modes exist: decoding a 135 M model on a CPU is memory-bound, and 'bf16' autocast re-casts
-    every fp32 weight at every forward, so a one-token step of SmolLM2-135M on 2 cores takes about 78 ms in
-    'bf16' against 45 ms in 'bf16-true' (and 64 ms in fp32). Wall-clock comparisons should use 'bf16-true'.
+    every fp32 weight at every forward, so a one-token step of SmolLM2-135M on 2 cores takes 50 ms in 'bf16'
+    against 23 ms in 'bf16-true' (and 42 ms in fp32; ``benchmarks/bench_gated_inference.py``). Wall-clock
+    comparisons should use 'bf16-true'.
     Buffers (RoPE's ``inv_freq``) stay fp32, and the model keeps the fingerprint of its loaded weights
     (:func:`~workbench.model.fingerprint.model_fingerprint`). Raises :class:`DecodeError` for an unknown precision."""
     if check_precision(precision) == "bf16-true":

@@ -109,8 +109,9 @@ def bake_mask_rows(backbone: nn.Module) -> int:
     peft's wrapper. Returns the number of wrappers removed.
 
     Why: with the adapter on, peft's wrapper rebuilds the whole matrix with the row swapped in on every
-    forward (``index_copy`` out of place, twice with tied embeddings: 2 × 113 MB for SmolLM2-135M in fp32),
-    about a third of a decoding forward on this CPU. What it keeps: AR mode stays the base model's exactly,
+    forward (``index_copy`` out of place, twice with tied embeddings: 2 × 113 MB for SmolLM2-135M in fp32):
+    a 12-token gated forward took 73 ms with it and takes 43 ms baked (bf16-true, 2 cores,
+    ``benchmarks/bench_gated_inference.py``). What it keeps: AR mode stays the base model's exactly,
     because the only changed row is the added mask token's, which clean positions never take as input and
     whose AR logit column :meth:`~workbench.model.trimode.TriModeLM.hide_mask_column` hides. The mask row is
     then the trained one with the adapter off too, which no decoder reads. Training keeps peft's wrapper
