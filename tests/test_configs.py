@@ -16,9 +16,10 @@ def _config_classes():
     from workbench.drafter.train import LoraTrainConfig
     from workbench.sampler.train import SamplerTrainConfig
     from workbench.train.lm import LMTrainConfig
+    from workbench.trajectories.collect import CollectConfig
 
     return [LMTrainConfig, DeerTrainConfig, LoraTrainConfig, SamplerTrainConfig, TeacherConfig, DeerEvalConfig,
-            DemoConfig]
+            DemoConfig, CollectConfig]
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "workbench" / "configs").glob("*.yaml")), ids=lambda p: p.name)
