@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..model.fingerprint import SOURCE_FINGERPRINT_ATTR, model_fingerprint
+
 
 class DecodeError(ValueError):
     """Raised for invalid decoding arguments (block length, threshold, lengths)."""
@@ -166,8 +168,6 @@ def cast_for_precision(model, precision: str):
     Buffers (RoPE's ``inv_freq``) stay fp32, and the model keeps the fingerprint of its loaded weights
     (:func:`~workbench.model.fingerprint.model_fingerprint`). Raises :class:`DecodeError` for an unknown precision."""
     if check_precision(precision) == "bf16-true":
-        from ..model.fingerprint import SOURCE_FINGERPRINT_ATTR, model_fingerprint
-
         if getattr(model, SOURCE_FINGERPRINT_ATTR, None) is None:      # stores and samplers name these weights
             setattr(model, SOURCE_FINGERPRINT_ATTR, model_fingerprint(model))
         with torch.no_grad():

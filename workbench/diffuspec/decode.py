@@ -170,12 +170,12 @@ def diffuspec_decode(target, drafter, prompts: list[list[int]], gen_len: int, cf
                           path_lengths=[[] for _ in range(n0)], gen_lengths=[[] for _ in range(n0)],
                           token_probs=[[] for _ in range(n0)],
                           drafter_params=_params(drafter), target_params=_params(target))
+    # a self-drafter (the target's own diffusion mode) shares the target's cache: 2 forwards per step
+    shared = drafter is target and drafter_kind == "trimode"
     t_start = time.perf_counter()
     with autocast_for(dev, precision):
         for row, prompt in enumerate(prompts):
             cache = target.new_cache()
-            # a self-drafter (the target's own diffusion mode) shares the target's cache: 2 forwards per step
-            shared = drafter is target and drafter_kind == "trimode"
             block_drafter = BlockDrafter(drafter, drafter_kind, sep_id, cache=cache if shared else None)
             _decode_one(target, block_drafter, cache, list(prompt), gen_len, cfg, proxy, temperature, eos_id, g,
                         res, row)

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..corpus import by_split, load_corpus
 from ..data import EvenWindows, RandomWindows, encode_documents, rank_sampler
+from ..utils import is_rank_zero
 
 SOURCES = ("corpus", "self_distill")
 
@@ -92,8 +93,6 @@ def self_distill_windows(model, tokens: np.ndarray, n: int, prompt_len: int, gen
                             pad_id=pad_id)
             rows += [p + t for p, t in zip(chunk, res.tokens)]
     windows = torch.tensor(rows, dtype=torch.long)
-    from ..utils import is_rank_zero
-
     if is_rank_zero():                  # every rank generates the same rows; one writes the cache
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".partial")

@@ -253,10 +253,8 @@ class TriModeLM(nn.Module):
         """Causal forward that appends ``ids`` ``(N, Q)`` to ``cache`` (prefill, AR step, or the per-block
         KV-commit forward). ``key_valid``: ``(N, cache_len + Q)``. Returns AR logits ``(N, Q, V)``.
         With a gated LoRA this is the frozen base model (adapter off)."""
-        if self.gated:
-            with lora_positions(self, False):
-                return self.hide_mask_column(self._cached_forward(ids, cache, key_valid, causal=True))
-        return self.hide_mask_column(self._cached_forward(ids, cache, key_valid, causal=True))
+        with lora_positions(self, False):                    # no-op without a gated LoRA
+            return self.hide_mask_column(self._cached_forward(ids, cache, key_valid, causal=True))
 
     def extend_and_diffuse(self, chunk: torch.Tensor, block: torch.Tensor, cache: DynamicCache,
                            key_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
