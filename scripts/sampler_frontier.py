@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from pathlib import Path
 
 from workbench.corpus import by_split, load_corpus
-from workbench.demo.stages.sampler import frontier_stage
+from workbench.demo.stages.sampler import frontier_stage, train_sampler_pair
 from workbench.evaluation.harness import EvalConfig
 from workbench.evaluation.prompts import make_prompts
 from workbench.model.load import load_model
-from workbench.sampler.train import SamplerTrainConfig, train_sampler
+from workbench.sampler.train import SamplerTrainConfig
 from workbench.tokenizer import is_byte_tokenizer
 
 
@@ -44,16 +43,8 @@ def main() -> None:
     base = SamplerTrainConfig(store=args.store, block_length=args.block_length, preset=args.preset, batch_size=256,
                               lr=1e-3, warmup_steps=100, max_epochs=args.max_epochs, patience=3, model=args.model,
                               num_workers=0, progress_bar=False, resume=True)
-    samplers = {}
-    for kind in ("attention", "mlp"):
-        d = out / f"sampler_{kind}"
-        path = train_sampler(replace(base, kind=kind, out_dir=str(d)))
-        m = json.loads((d / "metrics.json").read_text())
-        samplers[kind] = {"path": str(path), "best_val_auc": m["best_val_auc"],
-                          "auc_top1_prob": m.get("val/auc_top1_prob"), "n_train_rows": m["n_train_rows"],
-                          "n_val_rows": m["n_val_rows"], "global_step": m["global_step"],
-                          "wall_s": m["wall_s_this_run"]}
-        print(json.dumps({kind: samplers[kind]}), flush=True)
+    samplers = train_sampler_pair(base, out)
+    print(json.dumps(samplers), flush=True)
 
     model, tok, _ = load_model(args.model)
     model.eval()

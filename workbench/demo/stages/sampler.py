@@ -22,12 +22,21 @@ SAMPLER_THRESHOLDS = [0.5, 0.8, 0.9, 0.97, 0.99, 0.998]
 
 def train_demo_samplers(store: str, block_length: int, run: Path, model_spec: str, epochs: int, max_steps: int,
                         progress_bar: bool) -> dict:
-    """Train the attention sampler and the MLP-only ablation (same width, depth and data)."""
-    from ...sampler.train import SamplerTrainConfig, train_sampler
+    """Train the attention sampler and the MLP-only ablation (same width, depth and data), demo-sized."""
+    from ...sampler.train import SamplerTrainConfig
 
     base = SamplerTrainConfig(store=store, block_length=block_length, preset="default", d_model=128, heads=4,
                               batch_size=256, lr=1e-3, warmup_steps=50, max_epochs=epochs, max_steps=max_steps,
                               patience=3, progress_bar=progress_bar, model=model_spec, num_workers=0, resume=False)
+    return train_sampler_pair(base, run)
+
+
+def train_sampler_pair(base, run: Path) -> dict:
+    """Train ``base`` (a :class:`~workbench.sampler.train.SamplerTrainConfig`) as the attention sampler and as the
+    MLP-only ablation (NLD App. A) in ``run/sampler_attention`` and ``run/sampler_mlp``. Returns per kind the
+    sampler path, best held-out AUC, the top-1-probability AUC, row counts, steps, wall time and parameters."""
+    from ...sampler.train import train_sampler
+
     out = {}
     for kind in ("attention", "mlp"):
         d = run / f"sampler_{kind}"
@@ -150,7 +159,7 @@ def section(st: dict, block_length: int) -> list[str]:
     return lines
 
 
-__all__ = ["train_demo_samplers", "frontier_stage", "sweep_stage", "section", "run"]
+__all__ = ["train_demo_samplers", "train_sampler_pair", "frontier_stage", "sweep_stage", "section", "run"]
 
 
 def run(cfg: DemoConfig, model_spec, model, tok, prompts, ecfg, run: Path, decode_cache: dict) -> dict:
