@@ -246,7 +246,7 @@ def test_diffusion_paths_without_mask_token_name_the_flag(ar_checkpoint):
 def test_bf16_true_casts_weights_not_buffers_and_keeps_ar_mode_the_base(ar_checkpoint):
     """'bf16-true' stores the weights (adapter included) in bf16 and leaves RoPE's inv_freq in fp32; AR mode of
     the gated model is still the base's exactly (the base cast the same way), and speculative decoders run."""
-    from workbench.decoding.base import PRECISIONS, cast_for_precision
+    from workbench.decoding.base import PRECISIONS, DecodeError, cast_for_precision
     from workbench.leaderboard.config import LeaderboardConfig
 
     from workbench.model.fingerprint import model_fingerprint
@@ -265,8 +265,8 @@ def test_bf16_true_casts_weights_not_buffers_and_keeps_ar_mode_the_base(ar_check
     for name in ("ss_linear", "ss_quadratic"):
         out = get_policy(name)(model, prompts, 16, draft_length=3, precision="bf16-true")
         assert [len(t) for t in out.tokens] == [16, 16]
-    with pytest.raises(Exception, match="valid: " + ", ".join(PRECISIONS)):
+    with pytest.raises(DecodeError, match="valid: " + ", ".join(PRECISIONS)):
         cast_for_precision(model, "fp16")
     LeaderboardConfig(precision="bf16-true").validate()
-    with pytest.raises(Exception, match="bf16-true"):
+    with pytest.raises(DecodeError, match="bf16-true"):
         LeaderboardConfig(precision="fp16").validate()
