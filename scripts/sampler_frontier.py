@@ -20,6 +20,7 @@ from workbench.demo.stages.sampler import frontier_stage, train_sampler_pair
 from workbench.evaluation.harness import EvalConfig
 from workbench.evaluation.prompts import make_prompts
 from workbench.model.load import load_model
+from workbench.sampler.policy import SAMPLER_FALLBACKS
 from workbench.sampler.train import SamplerTrainConfig
 from workbench.tokenizer import is_byte_tokenizer
 
@@ -36,6 +37,9 @@ def main() -> None:
     ap.add_argument("--prompt_len", type=int, default=192)
     ap.add_argument("--gen_len", type=int, default=64)
     ap.add_argument("--precision", default="bf16")
+    ap.add_argument("--fallback", default="confidence", choices=SAMPLER_FALLBACKS,
+                    help="the sampler rule's one position when none reaches τ: the model's most confident "
+                         "(serial decoding's choice) or the sampler's top one (the ablation)")
     args = ap.parse_args()
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -55,8 +59,8 @@ def main() -> None:
                       block_lengths=[args.block_length], modes=["real"], precision=args.precision,
                       batch_size=args.n_prompts, out_dir=str(out), progress_bar=False)
     fr = frontier_stage(model, tok, prompts, ecfg, samplers["attention"]["path"], args.block_length, out,
-                        mlp_path=samplers["mlp"]["path"])
-    summary = {"store": args.store, "model": args.model, "samplers": samplers,
+                        mlp_path=samplers["mlp"]["path"], fallback=args.fallback)
+    summary = {"store": args.store, "model": args.model, "fallback": args.fallback, "samplers": samplers,
                "frontier": {k: v for k, v in fr.items() if k != "summary"}}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     print(json.dumps(summary["frontier"], indent=2, default=str))

@@ -135,3 +135,57 @@ def test_collect_with_another_feature_dim(tmp_path, micro_checkpoint, small_corp
     feats = block_features(rows["top_ids"], rows["top_probs"], rows["entropy"], rows["masked"], rows["step"], pca,
                            feature_dim=24)
     assert feats.shape == (4, 4, 24)
+
+
+def _grow_args(ckpt, corpus, out, n_prompts: int, *extra):
+    return ["collect", "--model", str(ckpt), "--corpus", str(corpus), "--out", str(out), "--n_prompts", str(n_prompts),
+            "--blocks_per_prompt", "2", "--block_lengths", "[4,8]", "--batch_size", "4", "--rows_per_chunk", "16",
+            "--context_len", "48", "--precision", "fp32", "--accelerator", "cpu", "--progress_bar", "false", *extra]
+
+
+def test_extend_grows_a_store_into_the_larger_plan(tmp_path, micro_checkpoint, small_corpus):
+    """A store of 10 prompts (every category of the corpus) extended to 16 (`--extend true`) equals the 16-prompt
+    store collected at once, array for array; without --extend the larger plan is refused with the hint, and an
+    extension never shrinks a store."""
+    import zarr
+
+    one = {"OMP_NUM_THREADS": "1"}
+    ref, grown = tmp_path / "ref.zarr", tmp_path / "grown.zarr"
+    assert run_cli(*_grow_args(micro_checkpoint, small_corpus, ref, 16), env=one).returncode == 0
+    assert run_cli(*_grow_args(micro_checkpoint, small_corpus, grown, 10), env=one).returncode == 0
+    p = run_cli(*_grow_args(micro_checkpoint, small_corpus, grown, 16), env=one)
+    assert p.returncode == 2 and "n_prompts: 10 != 16" in p.stderr and "--extend true" in p.stderr, p.stderr[-2000:]
+    assert zarr.open_group(grown, mode="r").attrs["n_prompts"] == 10
+    p = run_cli(*_grow_args(micro_checkpoint, small_corpus, grown, 16, "--extend", "true"), env=one)
+    assert p.returncode == 0, p.stderr[-2000:]
+    attrs = zarr.open_group(grown, mode="r").attrs
+    assert attrs["n_prompts"] == 16 and attrs["work_items"] == {"4": 8, "8": 8}
+    _assert_same_arrays(ref, grown)
+    assert verify_store(grown)["block_lengths"][4]["trajectories"] == 32
+    p = run_cli(*_grow_args(micro_checkpoint, small_corpus, grown, 12, "--extend", "true"), env=one)
+    assert p.returncode == 2 and "cannot shrink" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_extend_refuses_a_partial_last_item_and_a_changed_prompt_order(tmp_path, micro_checkpoint, small_corpus,
+                                                                       monkeypatch):
+    import pytest
+
+    from workbench.trajectories import collect
+    from workbench.trajectories.store import StoreError
+
+    kw = dict(model=str(micro_checkpoint), corpus=str(small_corpus), blocks_per_prompt=2, block_lengths=[4],
+              batch_size=4, context_len=48, precision="fp32", accelerator="cpu", progress_bar=False)
+    partial = str(tmp_path / "partial.zarr")                     # 9 prompts × 2 blocks = 18 trajectories: 4·4 + 2
+    collect.run_collect(collect.CollectConfig(out=partial, n_prompts=9, **kw))
+    with pytest.raises(StoreError, match="last work item at B = 4 is partial"):
+        collect.run_collect(collect.CollectConfig(out=partial, n_prompts=12, extend=True, **kw))
+    few = str(tmp_path / "few.zarr")                             # 2 prompts: 2 of the corpus's categories
+    collect.run_collect(collect.CollectConfig(out=few, n_prompts=2, **kw))
+    with pytest.raises(StoreError, match="other prompt categories"):
+        collect.run_collect(collect.CollectConfig(out=few, n_prompts=12, extend=True, **kw))
+    whole = str(tmp_path / "whole.zarr")
+    collect.run_collect(collect.CollectConfig(out=whole, n_prompts=10, **kw))
+    real = collect.make_prompts
+    monkeypatch.setattr(collect, "make_prompts", lambda docs, n, *a, **k: real(docs, n, *a, **k)[::-1])
+    with pytest.raises(StoreError, match="not the first ones of the extended plan"):
+        collect.run_collect(collect.CollectConfig(out=whole, n_prompts=12, extend=True, **kw))

@@ -78,3 +78,43 @@ def test_sampler_forward_stays_fp32_under_bf16_decoding(micro_model, sampler):
     finally:
         hook.remove()
     assert seen and all(d == torch.float32 for d in seen)
+
+
+def test_confidence_fallback_above_every_probability_is_the_serial_decode(micro_model, sampler):
+    """NLD §3.2 labels a position correct when it matches the serial (k = 1) decode; with the default fallback a
+    threshold no sampler probability reaches commits serial decoding's position each forward, token for token."""
+    serial = get_policy("serial")(micro_model, PROMPTS, 16, block_length=8)
+    r = get_policy("sampler")(micro_model, PROMPTS, 16, block_length=8, threshold=1.5, sampler=sampler)
+    assert r.tokens == serial.tokens and r.forwards == serial.forwards
+
+
+def test_sampler_fallback_commits_the_samplers_top_position(sampler):
+    """``fallback="sampler"`` commits the sampler's own argmax; the default commits the model's most confident
+    position. A stub network scores position 3 highest (all below τ), the model is most confident elsewhere."""
+    from dataclasses import replace
+
+    from workbench.sampler.policy import SamplerRule
+
+    class Stub(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.unused = torch.nn.Parameter(torch.zeros(1))        # the rule reads the device off a parameter
+
+        def forward(self, feats):                                   # (N, B, F) -> (N, B) logits, all < 0
+            return torch.tensor([-3.0, -3, -3, -1, -3, -3, -3, -3]).expand(feats.shape[0], 8)
+
+    stub = replace(sampler, net=Stub())
+    probs = torch.softmax(torch.randn(2, 8, 264, generator=torch.Generator().manual_seed(0)) * 4, dim=-1)
+    masked = torch.ones(2, 8, dtype=torch.bool)
+    model_top = probs.max(-1).values.argmax(1)
+    assert (model_top != 3).all()
+    assert torch.equal(SamplerRule(stub, 0.9, "confidence")(probs, masked),
+                       torch.nn.functional.one_hot(model_top, 8).bool())
+    assert SamplerRule(stub, 0.9, "sampler")(probs, masked).nonzero()[:, 1].tolist() == [3, 3]
+
+
+def test_unknown_fallback_lists_the_valid_names(micro_model, sampler):
+    from workbench.decoding import DecodeError
+
+    with pytest.raises(DecodeError, match="valid: confidence, sampler"):
+        get_policy("sampler")(micro_model, PROMPTS, 16, block_length=8, threshold=0.5, sampler=sampler, fallback="x")

@@ -1,6 +1,12 @@
 """The learned-sampler decoding policy (NLD §3.2, App. A): each forward, features from the live logits
-→ the sampler → commit every masked position whose sampler probability ≥ threshold (at least one:
-the highest).
+→ the sampler → commit every masked position whose sampler probability ≥ threshold, and at least one.
+
+That one (the *fallback*, when no position reaches the threshold) is by default the model's most confident masked
+position, the position serial decoding (confidence, k = 1) commits. The sampler's label is agreement with that
+serial decode (NLD §3.2: "the token that will eventually be committed at this position when decoding only the
+highest-confidence token at each step"), so with this fallback a threshold above every sampler probability decodes
+exactly the serial target. ``fallback="sampler"`` commits the sampler's own top position instead (the workbench's
+earlier rule, kept for the ablation): its trajectory leaves serial order even at a threshold near 1.
 
 The features come from :func:`workbench.trajectories.features.block_features` applied to
 :func:`~workbench.trajectories.features.step_record` of the live probabilities, i.e. exactly the
@@ -19,7 +25,7 @@ import torch
 from ..trajectories.features import block_features, step_record
 from ..decoding.base import DecodeError, DecodeResult
 from ..decoding.diffusion import diffusion_decode
-from ..decoding.rules import most_confident
+from ..decoding.rules import most_confident, serial_rule
 
 
 @dataclass
@@ -69,14 +75,29 @@ class LoadedSampler:
             self._matched_models.add(model)
 
 
+#: Which single position the sampler rule commits when none reaches the threshold (see the module docstring).
+SAMPLER_FALLBACKS = ("confidence", "sampler")
+
+
+def check_fallback(fallback: str) -> None:
+    """Raises :class:`DecodeError` (one line, listing the valid names) for an unknown sampler fallback."""
+    if fallback not in SAMPLER_FALLBACKS:
+        raise DecodeError(f"unknown sampler fallback {fallback!r}; valid: {', '.join(SAMPLER_FALLBACKS)}")
+
+
 class SamplerRule:
     """Commit rule backed by a trained sampler. Stateful: tracks the step index of each row inside its
-    block (0 at the all-mask state) and the seconds spent in feature extraction + sampler forward."""
+    block (0 at the all-mask state) and the seconds spent in feature extraction + sampler forward.
 
-    def __init__(self, sampler: LoadedSampler, threshold: float):
+    ``fallback``: the one position committed when no sampler probability reaches the threshold: the model's
+    most confident masked position (``"confidence"``, serial decoding's choice) or the sampler's top one
+    (``"sampler"``). Raises :class:`DecodeError` for a negative threshold or an unknown fallback."""
+
+    def __init__(self, sampler: LoadedSampler, threshold: float, fallback: str = "confidence"):
         if threshold < 0:
             raise DecodeError(f"sampler threshold must be ≥ 0, got {threshold}")
-        self.s, self.threshold = sampler, float(threshold)
+        check_fallback(fallback)
+        self.s, self.threshold, self.fallback = sampler, float(threshold), fallback
         self.steps: torch.Tensor | None = None
         self.seconds = 0.0
         self.calls = 0
@@ -97,24 +118,27 @@ class SamplerRule:
         with torch.autocast(masked.device.type, enabled=False):
             logits = self.s.net(feats.float().to(next(self.s.net.parameters()).device))
         p = torch.sigmoid(logits.float()).to(masked.device)
-        commit = ((p >= self.threshold) & masked) | most_confident(p, masked)
+        one = serial_rule(probs, masked) if self.fallback == "confidence" else most_confident(p, masked)
+        commit = ((p >= self.threshold) & masked) | one
         self.seconds += time.perf_counter() - t0
         self.calls += 1
         return commit
 
 
 def sampler_decode(model, prompts, gen_len: int, block_length: int, threshold: float = 0.5,
-                   sampler: LoadedSampler | str | None = None, **kw) -> DecodeResult:
+                   sampler: LoadedSampler | str | None = None, fallback: str = "confidence", **kw) -> DecodeResult:
     """Block-diffusion decoding with the sampler policy. ``sampler`` is a :class:`LoadedSampler` or a
     sampler directory. The returned result carries ``sampler_seconds`` and ``sampler_calls``
     (feature extraction + sampler forward, for the overhead report). Threshold 0 commits every masked
-    position in one forward; a threshold > 1 commits exactly one position per forward."""
+    position in one forward; a threshold > 1 commits exactly one position per forward: with the default
+    ``fallback="confidence"`` that is the serial decode (NLD §4.1). Raises :class:`DecodeError` without a
+    sampler, for a sampler of another model or block length, or an unknown ``fallback``."""
     if sampler is None:
         raise DecodeError("the sampler policy needs --sampler <trained sampler directory>")
     if not isinstance(sampler, LoadedSampler):
         sampler = LoadedSampler.load(sampler, model.device)
     sampler.check_compatible(model, block_length)
-    rule = SamplerRule(sampler, threshold)
+    rule = SamplerRule(sampler, threshold, fallback)
     res = diffusion_decode(model, prompts, gen_len, block_length, rule, **kw)
     res.sampler_seconds = rule.seconds
     res.sampler_calls = rule.calls

@@ -8,6 +8,11 @@ decodes one item and returns its per-step records; :class:`TrajectoryWriter` (a
 ``r, r + W, r + 2W, ...`` and writes shard ``r``. A restarted run skips the items its shard already
 committed, so a collection killed at any point continues where it stopped and ends identical to an
 uninterrupted run.
+
+A finished (or unfinished) store grows with ``--extend true`` and a larger ``--n_prompts`` (and, once every file
+has given a prompt, a larger ``--prompts_per_file``): prompt choice is prefix-stable, so the old plan's work
+items are the first items of the new plan and only the new ones are collected. The extended store equals one
+collected with the larger plan from the start.
 """
 from __future__ import annotations
 
@@ -36,6 +41,8 @@ from ..tokenizer import is_byte_tokenizer
 from .features import feature_spec, step_record, token_pca
 
 TRAJECTORY_POLICIES = ("serial", "hybrid", "confidence")
+#: Store settings that ``--extend`` may raise: more prompts append work items after the ones already planned.
+EXTENDABLE = ("n_prompts", "prompts_per_file", "work_items")
 _TEST_ITEM_DELAY = float(os.environ.get("WORKBENCH_TEST_ITEM_DELAY", "0"))
 
 
@@ -50,6 +57,9 @@ class CollectConfig:
     has none, e.g. a plain Hugging Face AR model such as smollm2-135m."""
     out: str = "trajectories/tiny-serial.zarr"
     """Store path (created; rerunning the same command resumes it)."""
+    extend: bool = False
+    """Grow an existing store at --out to a larger --n_prompts / --prompts_per_file (all other settings equal):
+    its work items are kept and only the new ones are collected."""
     policy: str = "serial"
     """Trajectory policy: serial (confidence k = 1), hybrid (ground-truth matches first), confidence (threshold)."""
     threshold: float = 0.9
@@ -238,9 +248,15 @@ class TrajectoryWriter(BasePredictionWriter):
             w.close()
 
 
+def rank_items(items: list[tuple[int, int, list]], rank: int, world: int) -> list[tuple[int, int, list]]:
+    """The work items ``(B, item_id, specs)`` of rank ``rank`` of ``world``: ``item_id % world == rank`` in every
+    block-length group, so an extension (items appended per group) leaves every earlier item on its rank."""
+    return [it for it in items if it[1] % world == rank]
+
+
 class CollectData(pl.LightningDataModule):
-    """Splits the work items over ranks (``items[rank::world]``) and drops the items this rank's shards
-    already committed (resume)."""
+    """Splits the work items over ranks (:func:`rank_items`) and drops the items this rank's shards already
+    committed (resume)."""
 
     def __init__(self, items: list[tuple[int, int, list[TrajectorySpec]]], writer: TrajectoryWriter):
         super().__init__()
@@ -249,15 +265,15 @@ class CollectData(pl.LightningDataModule):
     def predict_dataloader(self):
         rank, world = self.trainer.global_rank, self.trainer.world_size
         writers = self.writer.open(rank)
-        check_same_world(self.writer.path, self.items[rank::world], rank, world)
-        mine = [it for it in self.items[rank::world] if it[1] not in writers[it[0]].done_items]
+        check_same_world(self.writer.path, rank_items(self.items, rank, world), rank, world)
+        mine = [it for it in rank_items(self.items, rank, world) if it[1] not in writers[it[0]].done_items]
         return DataLoader(ItemDataset(mine), batch_size=None, shuffle=False, collate_fn=_identity)
 
 
 def check_same_world(path, mine: list[tuple[int, int, list]], rank: int, world: int) -> None:
     """Refuse to resume a store with another number of processes than the run that started it.
 
-    Rank ``r`` of ``world`` owns work items ``items[r::world]``; a resume with another world size would give
+    Rank ``r`` of ``world`` owns work items ``rank_items(items, r, world)``; a resume with another world size would give
     rank ``r`` items another rank's shard already holds, and collect them twice. In a run with the same world
     size no other shard ever holds this rank's items, so the check cannot fire while the other ranks write.
     Raises :class:`~workbench.trajectories.store.StoreError` (one line)."""
@@ -285,6 +301,43 @@ def store_attrs(cfg: CollectConfig, model, tok, categories: list[str]) -> dict:
             "model": cfg.model}
 
 
+def check_extension(cfg: CollectConfig, docs, enc, categories: list[str],
+                    specs: dict[int, list[TrajectorySpec]]) -> None:
+    """Before ``--extend`` grows the store at ``cfg.out``: rebuild the plan it was started with (its recorded
+    ``n_prompts`` and ``prompts_per_file``) and check that it is the prefix of the new plan ``specs`` (per B), and
+    that its last work item is whole, so every committed item keeps its id and content. A missing store is
+    simply created. The other settings are compared by :func:`~workbench.trajectories.store.create_store`.
+
+    Raises :class:`~workbench.trajectories.store.StoreError` (one line) otherwise."""
+    from .store import StoreError, open_store
+
+    if not (Path(cfg.out) / "zarr.json").is_file():
+        return
+    old = dict(open_store(cfg.out).attrs)
+    if old.get("n_prompts") is None or old.get("prompts_per_file") is None:
+        raise StoreError(f"store {cfg.out} does not record its prompt plan (n_prompts, prompts_per_file): it cannot "
+                         "be extended; collect into a new path")
+    for key in ("n_prompts", "prompts_per_file"):
+        if getattr(cfg, key) < old[key]:
+            raise StoreError(f"--extend cannot shrink store {cfg.out}: --{key} {getattr(cfg, key)} < its {old[key]}")
+    if old.get("batch_size") != cfg.batch_size or old.get("blocks_per_prompt") != cfg.blocks_per_prompt:
+        return                                    # refused by create_store, naming the setting
+    if old.get("categories") != categories:       # stored trajectories index the old list
+        raise StoreError(f"the extended plan of store {cfg.out} has other prompt categories ({old.get('categories')} "
+                         f"!= {categories}): extend only a store whose prompts cover every category; or use a new path")
+    b_max = max(cfg.block_lengths)
+    before = make_prompts(docs, old["n_prompts"], cfg.context_len, cfg.blocks_per_prompt * b_max, enc,
+                          per_file=old["prompts_per_file"])
+    for b, new in specs.items():
+        had = build_specs(before, categories, b, cfg.blocks_per_prompt, cfg.context_len)
+        if new[:len(had)] != had:
+            raise StoreError(f"store {cfg.out}'s prompts are not the first ones of the extended plan at B = {b} (the "
+                             "corpus or the prompt choice changed since it was collected): collect into a new path")
+        if len(had) % cfg.batch_size and len(new) > len(had):
+            raise StoreError(f"store {cfg.out}'s last work item at B = {b} is partial ({len(had)} trajectories, "
+                             f"batch_size {cfg.batch_size}): extending would change it; collect into a new path")
+
+
 def run_collect(cfg: CollectConfig) -> dict:
     """Collect (or resume) a store; returns counts and timings per block length."""
     from ..model.load import load_model
@@ -302,15 +355,18 @@ def run_collect(cfg: CollectConfig) -> dict:
                            per_file=cfg.prompts_per_file)
     categories = sorted({p.category for p in prompts})
     emb = model.backbone.get_input_embeddings().weight.float()
+    specs = {b: build_specs(prompts, categories, b, cfg.blocks_per_prompt, cfg.context_len) for b in cfg.block_lengths}
+    if cfg.extend:
+        check_extension(cfg, docs, enc, categories, specs)
     items, n_traj = [], {}
-    for b in cfg.block_lengths:
-        specs = build_specs(prompts, categories, b, cfg.blocks_per_prompt, cfg.context_len)
-        n_traj[b] = len(specs)
-        items += [(b, i, specs[s:s + cfg.batch_size]) for i, s in enumerate(range(0, len(specs), cfg.batch_size))]
+    for b, sp in specs.items():
+        n_traj[b] = len(sp)
+        items += [(b, i, sp[s:s + cfg.batch_size]) for i, s in enumerate(range(0, len(sp), cfg.batch_size))]
     # the planned work items per block length: `store verify` calls a store with fewer committed unfinished
     work_items = {str(b): sum(1 for it in items if it[0] == b) for b in cfg.block_lengths}
     create_store(cfg.out, {**store_attrs(cfg, model, tok, categories), "work_items": work_items},
-                 list(cfg.block_lengths), token_pca(emb, feature_spec(cfg.feature_dim)["pca_dim"], cfg.seed))
+                 list(cfg.block_lengths), token_pca(emb, feature_spec(cfg.feature_dim)["pca_dim"], cfg.seed),
+                 growable=EXTENDABLE, extend=cfg.extend)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     writer = TrajectoryWriter(cfg.out, cfg.block_lengths, cfg.rows_per_chunk)
     trainer = pl.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, logger=False,

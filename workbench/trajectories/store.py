@@ -131,13 +131,20 @@ def _pca_width(attrs: dict) -> int:
     return int(spec["pca_dim"]) if isinstance(spec, dict) and "pca_dim" in spec else PCA_DIM
 
 
-def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndarray | None = None) -> None:
+def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndarray | None = None,
+                 growable: tuple[str, ...] = (), extend: bool = False) -> None:
     """Create a store at ``path`` (root attrs ``{"schema_version": SCHEMA_VERSION, **attrs}``, one group ``B{B}``
     per block length, optional ``token_pca`` (V, pca_dim) stored as float16, pca_dim from ``attrs["feature_spec"]``,
     44 by default).
 
     If a store with identical attrs, block lengths and ``token_pca`` exists this is a no-op (how resume
     re-opens it). Raises StoreError if it exists with different settings or ``path`` is something else.
+
+    ``growable`` names attrs that may differ from an existing store's when every new value is at least the old
+    one (ints, or dicts of ints compared key by key, e.g. the planned ``work_items`` per B). With ``extend`` the
+    store is then extended: its root attrs are rewritten with the new values in one atomic write. Without it,
+    such a difference is refused with a hint to ``--extend true``. The caller checks that the larger plan keeps
+    the old one as its prefix (``workbench collect --extend``).
 
     Atomic against concurrent creators: the whole check-or-create runs under an exclusive lock on
     ``.<name>.create-lock`` beside the store (``fcntl.flock``, released if the process dies), so of two collections
@@ -147,7 +154,14 @@ def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndar
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with _creation_lock(p):
-        _create_store_locked(p, attrs, block_lengths, token_pca)
+        _create_store_locked(p, attrs, block_lengths, token_pca, tuple(growable), extend)
+
+
+def _not_smaller(new, old) -> bool:
+    """``new >= old`` for ints, key by key for dicts of ints (a key missing from ``new`` counts as smaller)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return all(k in new and _not_smaller(new[k], v) for k, v in old.items())
+    return isinstance(old, int) and isinstance(new, int) and new >= old
 
 
 @contextmanager
@@ -161,7 +175,8 @@ def _creation_lock(p: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _create_store_locked(p: Path, attrs: dict, block_lengths: list[int], token_pca: np.ndarray | None) -> None:
+def _create_store_locked(p: Path, attrs: dict, block_lengths: list[int], token_pca: np.ndarray | None,
+                         growable: tuple[str, ...] = (), extend: bool = False) -> None:
     attrs = {"schema_version": SCHEMA_VERSION, **_jsonable(attrs)}
     lens = sorted({int(b) for b in block_lengths})
     if not lens or min(lens) < 1:
@@ -179,14 +194,25 @@ def _create_store_locked(p: Path, attrs: dict, block_lengths: list[int], token_p
         if "schema_version" in root.attrs:  # a finished store: compare settings
             old = {"block_lengths": _block_lengths(root), **dict(root.attrs)}
             new = {"block_lengths": lens, **attrs}
+            grown = {}
             for key in sorted(set(old) | set(new), key=str):
-                if old.get(key) != new.get(key):
-                    raise StoreError(f"store {p} was created with different settings ({key}: {old.get(key)!r} != "
-                                     f"{new.get(key)!r}); use a new path or delete it")
+                if old.get(key) == new.get(key):
+                    continue
+                larger = key in growable and _not_smaller(new.get(key), old.get(key))
+                if larger and extend:
+                    grown[key] = new[key]
+                    continue
+                how = ("a larger plan extends the store with --extend true; or use a new path" if larger else
+                       "an extension only grows it; use a new path" if extend and key in growable else
+                       "use a new path or delete it")
+                raise StoreError(f"store {p} was created with different settings ({key}: {old.get(key)!r} != "
+                                 f"{new.get(key)!r}); {how}")
             # the PCA of the same model (same fingerprint) can differ in the last float16 ulp with the BLAS thread count
             if token_pca is not None and ("token_pca" not in root or not np.allclose(
                     root["token_pca"][:].astype(np.float32), token_pca.astype(np.float32), rtol=1e-2, atol=1e-2)):
                 raise StoreError(f"store {p} was created with different settings (token_pca differs); use a new path or delete it")
+            if grown:
+                zarr.open_group(p, mode="r+").update_attributes(grown)   # one atomic zarr.json write
             return
     # zarr.<hex>.partial: the temporary file of a root-metadata write a kill interrupted
     if p.exists() and not (p.is_dir() and all(re.fullmatch(r"zarr\.json|token_pca|B\d+|zarr\.\w+\.partial", f)

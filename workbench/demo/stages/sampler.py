@@ -56,11 +56,12 @@ def _n_params(path) -> int:
 
 
 def frontier_stage(model, tok, prompts, ecfg: EvalConfig, sampler_path: str, block_length: int, run: Path,
-                   decode_cache: dict | None = None, mlp_path: str | None = None) -> dict:
+                   decode_cache: dict | None = None, mlp_path: str | None = None, fallback: str = "confidence") -> dict:
     """Confidence vs sampler threshold sweeps at ``block_length`` (real-context mode) on ``prompts``; runs the
     main sweep already decoded are taken from ``decode_cache`` (see :func:`evaluate_model`). With ``mlp_path``
     the MLP-only ablation is decoded on the same prompts and thresholds and scored as NLD App. A does: by the
-    area under its accuracy–TPF frontier against the attention sampler's (same TPF range)."""
+    area under its accuracy–TPF frontier against the attention sampler's (same TPF range). ``fallback`` is the
+    sampler rule's one-position fallback (:data:`~workbench.sampler.policy.SAMPLER_FALLBACKS`)."""
     from ...evaluation.frontier import area_under_front, pareto_front
     from ...sampler.policy import LoadedSampler
 
@@ -69,7 +70,7 @@ def frontier_stage(model, tok, prompts, ecfg: EvalConfig, sampler_path: str, blo
     runs += [("real", "confidence", block_length, t) for t in CONF_THRESHOLDS]
     runs += [("real", "sampler", block_length, t) for t in SAMPLER_THRESHOLDS]
     cfg = replace(ecfg, block_lengths=[block_length], modes=["real"])
-    df = evaluate_model(model, tok, prompts, cfg, runs=runs, policy_kwargs={"sampler": {"sampler": sampler}},
+    df = evaluate_model(model, tok, prompts, cfg, runs=runs, policy_kwargs={"sampler": {"sampler": sampler, "fallback": fallback}},
                         decode_cache=decode_cache)
     df.to_parquet(run / "frontier_results.parquet", index=False)
     s = summarize(df)
@@ -84,7 +85,8 @@ def frontier_stage(model, tok, prompts, ecfg: EvalConfig, sampler_path: str, blo
     if mlp_path:
         mlp_runs = [r for r in runs if r[1] != "confidence"]
         dm = evaluate_model(model, tok, prompts, cfg, runs=mlp_runs,
-                            policy_kwargs={"sampler": {"sampler": LoadedSampler.load(mlp_path, model.device)}},
+                            policy_kwargs={"sampler": {"sampler": LoadedSampler.load(mlp_path, model.device),
+                                                     "fallback": fallback}},
                             decode_cache=decode_cache)
         dm.to_parquet(run / "frontier_results_mlp.parquet", index=False)
         sm = summarize(dm)
