@@ -187,5 +187,5 @@ def test_extend_refuses_a_partial_last_item_and_a_changed_prompt_order(tmp_path,
     collect.run_collect(collect.CollectConfig(out=whole, n_prompts=10, **kw))
     real = collect.make_prompts
     monkeypatch.setattr(collect, "make_prompts", lambda docs, n, *a, **k: real(docs, n, *a, **k)[::-1])
-    with pytest.raises(StoreError, match="not the first ones of the extended plan"):
+    with pytest.raises(StoreError, match="not prefix-stable"):
         collect.run_collect(collect.CollectConfig(out=whole, n_prompts=12, extend=True, **kw))

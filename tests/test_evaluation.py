@@ -156,3 +156,20 @@ def test_evaluate_reports_introspective_acceptance(micro_model, tokenizer, small
     assert ar.tolist() == pytest.approx([1.0] * len(ar), abs=1e-5)
     other = df[~df["policy"].str.startswith("ar_")]["introspective_acceptance"]
     assert other.notna().all() and ((other > 0) & (other <= 1)).all()
+
+
+def test_prompts_per_file_are_distinct_cuts_and_prefix_stable():
+    """Three 40-line files, 24 rounds: no (file, cut) repeats (the rounds used to draw a taken cut again: 18 of 72
+    prompts were repeats), a file runs out of cuts instead, and the prompts for fewer prompts or rounds are the first
+    ones of the larger plan (what `collect --extend` relies on)."""
+    from workbench.corpus import Document
+    from workbench.evaluation.prompts import make_prompts
+
+    docs = [Document(f"p{i}/m.py", f"p{i}", "train", "".join(f"line_{i}_{j} = {j * j}\n" for j in range(40)))
+            for i in range(3)]
+    many = make_prompts(docs, 1000, 64, 32, per_file=24, min_prompt=16)
+    keys = [(p.path, p.prompt, p.real) for p in many]
+    assert len(set(keys)) == len(keys) and len(keys) > 3 * 8
+    for n, rounds in ((5, 24), (len(many), 2), (10, 3)):
+        fewer = make_prompts(docs, n, 64, 32, per_file=rounds, min_prompt=16)
+        assert [(p.path, p.prompt) for p in fewer] == [(p.path, p.prompt) for p in many[:len(fewer)]]

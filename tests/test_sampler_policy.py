@@ -107,10 +107,14 @@ def test_sampler_fallback_commits_the_samplers_top_position(sampler):
     probs = torch.softmax(torch.randn(2, 8, 264, generator=torch.Generator().manual_seed(0)) * 4, dim=-1)
     masked = torch.ones(2, 8, dtype=torch.bool)
     model_top = probs.max(-1).values.argmax(1)
-    assert (model_top != 3).all()
+    assert (model_top != 3).all() and (model_top != 2).all()
     assert torch.equal(SamplerRule(stub, 0.9, "confidence")(probs, masked),
                        torch.nn.functional.one_hot(model_top, 8).bool())
     assert SamplerRule(stub, 0.9, "sampler")(probs, masked).nonzero()[:, 1].tolist() == [3, 3]
+    # where a position passes τ, only the passing positions are committed, under either fallback
+    stub.net.forward = lambda feats: torch.tensor([-3.0, -3, 3, -1, -3, -3, -3, -3]).expand(feats.shape[0], 8)
+    for fallback in ("confidence", "sampler"):
+        assert SamplerRule(stub, 0.9, fallback)(probs, masked).nonzero()[:, 1].tolist() == [2, 2]
 
 
 def test_unknown_fallback_lists_the_valid_names(micro_model, sampler):

@@ -38,8 +38,12 @@ def make_prompts(docs: list[Document], n_prompts: int, prompt_len: int, gen_len:
     """Pick ``n_prompts`` (prompt, continuation) pairs from ``docs``, at most ``per_file`` per file
     (distinct cut points; files are visited round-robin over categories, ``per_file`` rounds).
 
-    The cut is the start of a line chosen by ``crc32(path)`` among lines that leave ≥ ``gen_len``
-    tokens after it and ≥ ``min_prompt`` tokens before it. ``tokenizer=None`` → byte-level ids.
+    The cut is the start of a line chosen by ``crc32(path)`` (and the round) among lines that leave ≥ ``gen_len``
+    tokens after it and ≥ ``min_prompt`` tokens before it, and that no earlier round of the same file chose. A file
+    that has no such line left gives no prompt in that round. ``tokenizer=None`` → byte-level ids.
+
+    Prefix-stable: the prompts for ``n_prompts = n`` (or ``per_file = r``) are the first ones for any larger
+    value, which is what ``workbench collect --extend`` relies on.
 
     Raises :class:`~workbench.corpus.CorpusError` if no file is long enough.
     """
@@ -58,6 +62,7 @@ def make_prompts(docs: list[Document], n_prompts: int, prompt_len: int, gen_len:
     bos = bos_prefix(tokenizer)
     if len(bos) >= prompt_len:
         raise CorpusError(f"prompt_len {prompt_len} leaves no room after the tokenizer's BOS prefix {bos}")
+    chosen: dict[str, set[int]] = defaultdict(set)      # cuts of each file taken by earlier rounds
     for round_ in range(per_file):
         for d in order:
             if len(out) == n_prompts:
@@ -69,9 +74,12 @@ def make_prompts(docs: list[Document], n_prompts: int, prompt_len: int, gen_len:
             if not cands:
                 continue
             rng = np.random.default_rng((zlib.crc32(d.path.encode()), round_) if round_ else zlib.crc32(d.path.encode()))
-            for cut in rng.permutation(cands)[:8]:
+            # the round's own order over all lines, then the first 8 not taken before: a file's non-repeated picks
+            # are the same as without the exclusion
+            for cut in [int(c) for c in rng.permutation(cands) if int(c) not in chosen[d.path]][:8]:
                 before, after = _encode(d.text[:cut], tokenizer), _encode(d.text[cut:], tokenizer)
                 if len(after) >= gen_len and len(before) >= min_prompt:
+                    chosen[d.path].add(cut)
                     # the tokenizer's own BOS convention (bos_prefix), then the end of the text before the cut
                     ids = bos + before[-(prompt_len - len(bos)):].tolist()
                     out.append(Prompt(len(out), d.path, d.category, tuple(ids), tuple(after[:gen_len].tolist())))

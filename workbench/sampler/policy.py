@@ -118,8 +118,9 @@ class SamplerRule:
         with torch.autocast(masked.device.type, enabled=False):
             logits = self.s.net(feats.float().to(next(self.s.net.parameters()).device))
         p = torch.sigmoid(logits.float()).to(masked.device)
+        passed = (p >= self.threshold) & masked
         one = serial_rule(probs, masked) if self.fallback == "confidence" else most_confident(p, masked)
-        commit = ((p >= self.threshold) & masked) | one
+        commit = torch.where(passed.any(dim=1, keepdim=True), passed, one)   # the fallback only where none passed
         self.seconds += time.perf_counter() - t0
         self.calls += 1
         return commit

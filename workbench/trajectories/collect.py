@@ -248,15 +248,9 @@ class TrajectoryWriter(BasePredictionWriter):
             w.close()
 
 
-def rank_items(items: list[tuple[int, int, list]], rank: int, world: int) -> list[tuple[int, int, list]]:
-    """The work items ``(B, item_id, specs)`` of rank ``rank`` of ``world``: ``item_id % world == rank`` in every
-    block-length group, so an extension (items appended per group) leaves every earlier item on its rank."""
-    return [it for it in items if it[1] % world == rank]
-
-
 class CollectData(pl.LightningDataModule):
-    """Splits the work items over ranks (:func:`rank_items`) and drops the items this rank's shards already
-    committed (resume)."""
+    """Splits the work items over ranks (``items[rank::world]``) and drops the items this rank's shards
+    already committed (resume)."""
 
     def __init__(self, items: list[tuple[int, int, list[TrajectorySpec]]], writer: TrajectoryWriter):
         super().__init__()
@@ -265,15 +259,15 @@ class CollectData(pl.LightningDataModule):
     def predict_dataloader(self):
         rank, world = self.trainer.global_rank, self.trainer.world_size
         writers = self.writer.open(rank)
-        check_same_world(self.writer.path, rank_items(self.items, rank, world), rank, world)
-        mine = [it for it in rank_items(self.items, rank, world) if it[1] not in writers[it[0]].done_items]
+        check_same_world(self.writer.path, self.items[rank::world], rank, world)
+        mine = [it for it in self.items[rank::world] if it[1] not in writers[it[0]].done_items]
         return DataLoader(ItemDataset(mine), batch_size=None, shuffle=False, collate_fn=_identity)
 
 
 def check_same_world(path, mine: list[tuple[int, int, list]], rank: int, world: int) -> None:
     """Refuse to resume a store with another number of processes than the run that started it.
 
-    Rank ``r`` of ``world`` owns work items ``rank_items(items, r, world)``; a resume with another world size would give
+    Rank ``r`` of ``world`` owns work items ``items[r::world]``; a resume with another world size would give
     rank ``r`` items another rank's shard already holds, and collect them twice. In a run with the same world
     size no other shard ever holds this rank's items, so the check cannot fire while the other ranks write.
     Raises :class:`~workbench.trajectories.store.StoreError` (one line)."""
@@ -304,11 +298,13 @@ def store_attrs(cfg: CollectConfig, model, tok, categories: list[str]) -> dict:
 def check_extension(cfg: CollectConfig, docs, enc, categories: list[str],
                     specs: dict[int, list[TrajectorySpec]]) -> None:
     """Before ``--extend`` grows the store at ``cfg.out``: rebuild the plan it was started with (its recorded
-    ``n_prompts`` and ``prompts_per_file``) and check that it is the prefix of the new plan ``specs`` (per B), and
-    that its last work item is whole, so every committed item keeps its id and content. A missing store is
-    simply created. The other settings are compared by :func:`~workbench.trajectories.store.create_store`.
+    ``n_prompts`` and ``prompts_per_file``) and check that it is the prefix of the new plan ``specs`` (per B) and
+    that its last work item is whole, so every committed item keeps its id and content. A missing store is simply
+    created; other differing settings are left to :func:`~workbench.trajectories.store.create_store`, which names
+    them. The store keeps no text, so a corpus changed since the store was collected (as a resume) is not
+    detected: extend on the machine and corpus that started it.
 
-    Raises :class:`~workbench.trajectories.store.StoreError` (one line) otherwise."""
+    Raises :class:`~workbench.trajectories.store.StoreError` (one line) otherwise, before anything is written."""
     from .store import StoreError, open_store
 
     if not (Path(cfg.out) / "zarr.json").is_file():
@@ -320,8 +316,14 @@ def check_extension(cfg: CollectConfig, docs, enc, categories: list[str],
     for key in ("n_prompts", "prompts_per_file"):
         if getattr(cfg, key) < old[key]:
             raise StoreError(f"--extend cannot shrink store {cfg.out}: --{key} {getattr(cfg, key)} < its {old[key]}")
-    if old.get("batch_size") != cfg.batch_size or old.get("blocks_per_prompt") != cfg.blocks_per_prompt:
+    same = {"batch_size": cfg.batch_size, "blocks_per_prompt": cfg.blocks_per_prompt, "context_len": cfg.context_len,
+            "block_lengths": list(cfg.block_lengths), "policy": cfg.policy}
+    if any(old.get(k) != v for k, v in same.items()):
         return                                    # refused by create_store, naming the setting
+    if len(cfg.block_lengths) > 1 and cfg.devices > 1:
+        raise StoreError(f"store {cfg.out} has {len(cfg.block_lengths)} block lengths: extend it with --devices 1 "
+                         "(ranks take every W-th work item over all groups, so growing one group moves the next "
+                         "group's items to other ranks)")
     if old.get("categories") != categories:       # stored trajectories index the old list
         raise StoreError(f"the extended plan of store {cfg.out} has other prompt categories ({old.get('categories')} "
                          f"!= {categories}): extend only a store whose prompts cover every category; or use a new path")
@@ -331,8 +333,8 @@ def check_extension(cfg: CollectConfig, docs, enc, categories: list[str],
     for b, new in specs.items():
         had = build_specs(before, categories, b, cfg.blocks_per_prompt, cfg.context_len)
         if new[:len(had)] != had:
-            raise StoreError(f"store {cfg.out}'s prompts are not the first ones of the extended plan at B = {b} (the "
-                             "corpus or the prompt choice changed since it was collected): collect into a new path")
+            raise StoreError(f"the prompt choice of this workbench is not prefix-stable at B = {b}: store {cfg.out} "
+                             "cannot be extended; collect into a new path")
         if len(had) % cfg.batch_size and len(new) > len(had):
             raise StoreError(f"store {cfg.out}'s last work item at B = {b} is partial ({len(had)} trajectories, "
                              f"batch_size {cfg.batch_size}): extending would change it; collect into a new path")

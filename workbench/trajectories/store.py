@@ -203,8 +203,8 @@ def _create_store_locked(p: Path, attrs: dict, block_lengths: list[int], token_p
                     grown[key] = new[key]
                     continue
                 how = ("a larger plan extends the store with --extend true; or use a new path" if larger else
-                       "an extension only grows it; use a new path" if extend and key in growable else
-                       "use a new path or delete it")
+                       "the store holds a larger plan: rerun with its settings (`workbench store info`), or use a "
+                       "new path" if key in growable else "use a new path or delete it")
                 raise StoreError(f"store {p} was created with different settings ({key}: {old.get(key)!r} != "
                                  f"{new.get(key)!r}); {how}")
             # the PCA of the same model (same fingerprint) can differ in the last float16 ulp with the BLAS thread count
