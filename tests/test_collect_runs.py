@@ -1,4 +1,4 @@
-"""`workbench collect` end to end: resume after SIGKILL at three points, 2-rank DDP sharding, verify."""
+"""`workbench collect` end to end: resume after SIGTERM and SIGKILL, 2-rank DDP sharding, verify, --extend."""
 import json
 import os
 import signal
@@ -27,6 +27,23 @@ def _committed_items(out) -> int:
         if f.is_file():
             total += json.loads(f.read_text()).get("attributes", {}).get("commit", {}).get("items", 0)
     return total
+
+
+def _shard_locked(shard_dir) -> bool:
+    """Whether a collection holds the shard writer's flock on ``shard_dir`` (taken when its writers open)."""
+    import fcntl
+
+    if not shard_dir.is_dir():
+        return False
+    fd = os.open(shard_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def _canonical(path) -> dict:
@@ -62,6 +79,18 @@ def test_collect_resume_after_sigkill(tmp_path, micro_checkpoint, small_corpus):
     assert p.returncode == 0, p.stderr[-2000:]
     out = tmp_path / "killed.zarr"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WORKBENCH_TEST_ITEM_DELAY": "0.3"}
+    # SIGTERM (a plain `kill`) stops the run after the item in flight, commits what it decoded and exits 143
+    # (Lightning's predict loop ignores SIGTERM: the collection used to run on to the end)
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", *_args(micro_checkpoint, small_corpus, out)],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not _shard_locked(out / "B4" / "shard-000") and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)                                  # the writers are open: the predict loop has started
+    time.sleep(0.8)                                       # an item (0.3 s delay each) is decoded
+    os.kill(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "SIGTERM: stopped" in err, err[-2000:]
+    assert 0 < _committed_items(out) < 12
     for kill_at in (1, 5, 9):  # committed work items (of 12) when the kill lands
         proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", *_args(micro_checkpoint, small_corpus, out)],
                                 cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

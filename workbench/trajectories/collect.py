@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -28,6 +29,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader, Dataset
 
 from ..corpus import by_split, load_corpus
@@ -242,6 +244,19 @@ class TrajectoryWriter(BasePredictionWriter):
         self.writers[b].append(prediction["item_id"], prediction["rows"], prediction["trajs"])
         self.rows_written[b] += len(prediction["rows"]["step"])
         self.seconds += time.perf_counter() - t0
+        if trainer.received_sigterm:
+            self.stop_on_sigterm()
+
+    def stop_on_sigterm(self) -> None:
+        """Lightning's SIGTERM handler only sets ``trainer.received_sigterm``, and its predict loop (unlike fit's)
+        never reads it, so a `kill` left a collection running to the end. After the item in flight: commit every
+        item decoded so far, print one line and exit with status 143 (128 + SIGTERM); rerunning resumes."""
+        for w in self.writers.values():
+            w.close()
+        done = {b: len(w.done_items) for b, w in self.writers.items()}
+        print(f"workbench collect: SIGTERM: stopped after committing work items {done} per block length; rerun the "
+              "same command to resume", file=sys.stderr, flush=True)
+        raise SIGTERMException(143)
 
     def on_predict_end(self, trainer, pl_module):
         for w in self.writers.values():
