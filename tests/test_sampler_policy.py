@@ -86,6 +86,10 @@ def test_confidence_fallback_above_every_probability_is_the_serial_decode(micro_
     serial = get_policy("serial")(micro_model, PROMPTS, 16, block_length=8)
     r = get_policy("sampler")(micro_model, PROMPTS, 16, block_length=8, threshold=1.5, sampler=sampler)
     assert r.tokens == serial.tokens and r.forwards == serial.forwards
+    # the control: the sampler's own top position leaves serial order, and here the tokens change with it
+    own = get_policy("sampler")(micro_model, PROMPTS, 16, block_length=8, threshold=1.5, sampler=sampler,
+                                fallback="sampler")
+    assert own.tokens != serial.tokens
 
 
 def test_sampler_fallback_commits_the_samplers_top_position(sampler):
