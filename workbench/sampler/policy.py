@@ -25,7 +25,7 @@ import torch
 from ..trajectories.features import block_features, step_record
 from ..decoding.base import DecodeError, DecodeResult
 from ..decoding.diffusion import diffusion_decode
-from ..decoding.rules import most_confident, serial_rule
+from ..decoding.rules import most_confident
 
 
 @dataclass
@@ -119,7 +119,8 @@ class SamplerRule:
             logits = self.s.net(feats.float().to(next(self.s.net.parameters()).device))
         p = torch.sigmoid(logits.float()).to(masked.device)
         passed = (p >= self.threshold) & masked
-        one = serial_rule(probs, masked) if self.fallback == "confidence" else most_confident(p, masked)
+        # serial decoding's choice from the top-1 probabilities step_record already took (no second max over V)
+        one = most_confident(rec["top_probs"][..., 0] if self.fallback == "confidence" else p, masked)
         commit = torch.where(passed.any(dim=1, keepdim=True), passed, one)   # the fallback only where none passed
         self.seconds += time.perf_counter() - t0
         self.calls += 1
