@@ -127,3 +127,50 @@ def test_bos_convention_is_the_tokenizer_s_own(small_corpus):
     assert all(p.prompt[0] != bos_id for p in make_prompts(docs, 3, 40, 16, plain))
     stream = encode_documents(docs[:3], with_bos)
     assert stream[0] == bos_id and (stream == bos_id).sum() == 3      # one BOS at the start of every document
+
+
+def test_windowed_prompt_encoding_equals_whole_file_encoding(small_corpus, monkeypatch):
+    """make_prompts encodes windows around a cut instead of whole files where the tokenizer restarts at every
+    whitespace run (GPT-2-style byte-level BPE, bytes). A window's ids are a tail (head) of the whole prefix's
+    (suffix's), and the prompts equal those of whole-file encodes, token for token, on real files and on text built
+    to trip the windows (blank lines, trailing spaces, tabs, CRLF, contractions, Unicode spaces, characters Python
+    calls whitespace and the tokenizer does not, a file of two lines). Gemma-style BPE keeps whole-file encodes."""
+    import re
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    from workbench.corpus import Document, load_corpus
+    from workbench.evaluation import prompts as P
+    from workbench.tokenizer import splits_at_whitespace, train_bpe_tokenizer
+
+    docs = load_corpus(str(small_corpus))[:60]
+    tok = train_bpe_tokenizer([d.text for d in docs[:30]], vocab_size=600)
+    tricky = "".join(f"def f_{j}(x):  \n\n\n    return x + {j}\t\n\r\n  \n# c{j} it's {j}'ll\u00a0 x\x1c\x1c y "
+                     f"café\u2003{j}.5e-3\n\n" for j in range(80))
+    docs = docs + [Document("t/tricky.py", "t", "train", tricky),
+                   Document("t/one.py", "t", "train", "x = 1 " * 400 + "\n" + "y = 2 " * 400)]
+    assert splits_at_whitespace(tok) and splits_at_whitespace(None)
+    gemma_like = Tokenizer(models.BPE())
+    gemma_like.normalizer = normalizers.Replace(" ", "▁")
+    gemma_like.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous")
+    from transformers import PreTrainedTokenizerFast
+    assert not splits_at_whitespace(PreTrainedTokenizerFast(tokenizer_object=gemma_like))
+
+    # the property itself, on small windows: a window's ids are a tail (head) of the whole prefix's (suffix's)
+    text = tricky[:3000]
+    wt = P._WindowedText(text, tok, True)
+    for cut in [m.end() for m in re.finditer("\n", text)][:-1]:
+        whole_before, whole_after = P._encode(text[:cut], tok), P._encode(text[cut:], tok)
+        for need in (1, 3, 9):
+            b, a = wt.before(cut, need), wt.after(cut, need)
+            assert len(b) >= min(need, len(whole_before)) and len(a) >= min(need, len(whole_after))
+            assert whole_before[len(whole_before) - len(b):].tolist() == b.tolist()
+            assert whole_after[:len(a)].tolist() == a.tolist()
+
+    for t, plen, glen in ((tok, 96, 48), (None, 64, 40)):
+        windowed = P.make_prompts(docs, 400, plen, glen, t, min_prompt=24, per_file=4)
+        with monkeypatch.context() as m:
+            m.setattr(P, "splits_at_whitespace", lambda _: False)
+            whole = P.make_prompts(docs, 400, plen, glen, t, min_prompt=24, per_file=4)
+        assert len(windowed) > 150 and any(p.path == "t/tricky.py" for p in whole)
+        assert [(p.path, p.prompt, p.real) for p in windowed] == [(p.path, p.prompt, p.real) for p in whole]

@@ -126,3 +126,23 @@ def test_unknown_fallback_lists_the_valid_names(micro_model, sampler):
 
     with pytest.raises(DecodeError, match="valid: confidence, sampler"):
         get_policy("sampler")(micro_model, PROMPTS, 16, block_length=8, threshold=0.5, sampler=sampler, fallback="x")
+
+
+def test_decode_cli_passes_threshold_and_fallback_to_the_sampler(micro_checkpoint, sampler, tmp_path, capsys):
+    """`workbench decode --policy sampler` decoded at τ = 0.5 whatever --threshold said; it now passes τ and
+    --sampler_fallback: τ = 1.5 is serial decoding, τ = 0 commits a block per forward, and an unknown fallback is a
+    one-line error listing the valid names."""
+    from workbench.cli import main
+
+    def run(*args) -> list[str]:
+        assert main(["decode", "--model", str(micro_checkpoint), "--gen_len", "16", "--block_length", "8",
+                     "--sampler", str(tmp_path / "s"), *args]) == 0
+        return capsys.readouterr().out.splitlines()
+
+    serial = run("--policy", "serial")
+    one = run("--policy", "sampler", "--threshold", "1.5")
+    assert one[:-1] == serial[:-1] and " 16 forwards" in one[-1]
+    assert " 2 forwards" in run("--policy", "sampler", "--threshold", "0")[-1]
+    assert main(["decode", "--model", str(micro_checkpoint), "--gen_len", "16", "--block_length", "8", "--policy",
+                 "sampler", "--sampler", str(tmp_path / "s"), "--sampler_fallback", "bogus"]) == 2
+    assert "valid: confidence, sampler" in capsys.readouterr().err

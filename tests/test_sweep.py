@@ -65,6 +65,9 @@ def test_confidence_threshold_range_validated():
     with pytest.raises(ValueError, match=r"\(0, 1\]"):
         SweepConfig(threshold_low=0.5, threshold_high=1.5).validate()
     SweepConfig(threshold_low=0.3, threshold_high=1.0).validate()
+    with pytest.raises(ValueError, match="valid: confidence, sampler"):
+        SweepConfig(policy="sampler", sampler="s", sampler_fallback="x").validate()
+    SweepConfig(policy="sampler", sampler="s", sampler_fallback="sampler").validate()
 
 
 def test_resumed_study_does_not_redraw_the_first_trials(tmp_path):

@@ -7,6 +7,8 @@ tool loads it with ``AutoTokenizer.from_pretrained``. Token id ``b`` (0 ≤ b < 
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
@@ -64,6 +66,35 @@ def train_bpe_tokenizer(texts, vocab_size: int = 4096) -> PreTrainedTokenizerFas
     tok.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, mask_token=MASK_TOKEN, sep_token=SEP_TOKEN,
                                    eos_token=EOS_TOKEN, pad_token=EOS_TOKEN)
+
+
+def splits_at_whitespace(tok: PreTrainedTokenizerBase | None) -> bool:
+    """Whether the encoding of a text restarts at the **start of every whitespace run**: at every position ``a``
+    with a non-whitespace character at ``a - 1`` and one of ``" \\t\\n\\r\\f\\v"`` at ``a``,
+
+    - ``encode(text[:c])`` ends with ``encode(text[a:c])`` for every ``c > a``, and
+    - ``encode(text[c:])`` starts with ``encode(text[c:a])`` for every ``c < a``,
+
+    so :func:`~workbench.evaluation.prompts.make_prompts` can encode a window around a cut instead of a whole file.
+
+    True for ``tok=None`` (the byte-level ids of :func:`encode_bytes`) and for GPT-2-style tokenizers (SmolLM2's,
+    :func:`train_bpe_tokenizer`'s): no normaliser, a ByteLevel pre-tokenizer with its regex and no prefix space,
+    and added tokens that neither strip neighbours nor hold whitespace. BPE never merges across the regex's pieces
+    (``'s``, `` ?\\p{L}+``, `` ?\\p{N}+``, `` ?[^\\s\\p{L}\\p{N}]+``, ``\\s+(?!\\S)``, ``\\s+``): a piece that
+    holds a non-whitespace character ends at the first whitespace after it, whatever follows, and the regex has no
+    lookbehind, so the pieces from ``a`` on depend only on the text from ``a`` on. False for anything else (e.g.
+    Gemma's SentencePiece-style BPE, whose merges cross whitespace)."""
+    if tok is None:
+        return True
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        return False
+    cfg = json.loads(backend.to_str())
+    pre = cfg.get("pre_tokenizer") or {}
+    added_ok = all(not a.get("lstrip") and not a.get("rstrip") and not any(ch.isspace() for ch in a.get("content", ""))
+                   for a in cfg.get("added_tokens") or [])
+    return (cfg.get("normalizer") is None and pre.get("type") == "ByteLevel" and bool(pre.get("use_regex", True))
+            and not pre.get("add_prefix_space", False) and added_ok)
 
 
 def bos_prefix(tok: PreTrainedTokenizerBase | None) -> list[int]:

@@ -34,6 +34,9 @@ class DecodeConfig:
     """Drafter of the deer and simsd policies (default: the one shipped for --model)."""
     sampler: str | None = None
     """Trained sampler of the sampler policy (default: the one shipped for --model)."""
+    sampler_fallback: str = "confidence"
+    """The sampler policy's one position when none reaches τ: 'confidence' (the model's most confident one, serial
+    decoding's choice) or 'sampler' (the sampler's top one; the ablation)."""
     proxy: str | None = None
     """n-gram proxy of the diffuspec policies with CPS (default: the one shipped for --model)."""
     attention: str = "dense"
@@ -76,6 +79,7 @@ def main(argv: list[str]) -> int:
     from ..tokenizer import bos_prefix
     from . import get_policy
     from .base import cast_for_precision, check_precision
+    from .registry import get_decoder
 
     cfg = parse_dataclass("workbench decode", DecodeConfig, argv)
     fn = get_policy(cfg.policy)
@@ -90,8 +94,10 @@ def main(argv: list[str]) -> int:
     ids = bos_prefix(tok) + tok(text, add_special_tokens=False)["input_ids"]   # the tokenizer's BOS convention
     kw = dict(block_length=cfg.block_length, precision=cfg.precision, pad_id=tok.pad_token_id or 0,
               eos_id=tok.eos_token_id)
-    if cfg.policy == "confidence":
+    if get_decoder(cfg.policy).sweep == "block_length+threshold":      # confidence, sampler
         kw["threshold"] = cfg.threshold
+    if cfg.policy == "sampler":
+        kw["fallback"] = cfg.sampler_fallback
     if cfg.policy == "ar_sample":
         kw["temperature"] = cfg.temperature
     if artefact is not None:

@@ -6,14 +6,16 @@ path), and prompts are spread over categories round-robin so small categories ar
 """
 from __future__ import annotations
 
+import re
 import zlib
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..corpus import CorpusError, Document
-from ..tokenizer import bos_prefix, encode_bytes
+from ..tokenizer import bos_prefix, encode_bytes, splits_at_whitespace
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,51 @@ def _encode(text: str, tokenizer) -> np.ndarray:
     if tokenizer is None:
         return encode_bytes(text).astype(np.int64)
     return np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+
+
+#: characters per token a window starts with (it doubles until it holds enough tokens); code is ~3–4
+_WINDOW_CHARS_PER_TOKEN = 6
+#: where a whitespace run starts: the encoding restarts there (:func:`~workbench.tokenizer.splits_at_whitespace`).
+#: Python's ``\\S`` excludes every character the tokenizers' Unicode ``\\s`` does (and a few more), and the six
+#: ASCII whitespace characters are whitespace to both, so every position found is a restart point.
+_RESTART = re.compile(r"(?<=\S)(?=[ \t\n\r\f\v])")
+
+
+class _WindowedText:
+    """The two encodings a cut needs, from windows of ``text`` that start or end where a whitespace run starts,
+    instead of the whole text: exact where :func:`~workbench.tokenizer.splits_at_whitespace` holds (otherwise
+    whole-text encodes). A file of ~15 k tokens costs two whole-file encodes per candidate cut without windows;
+    with them, two encodes of a few hundred tokens."""
+
+    def __init__(self, text: str, tokenizer, windowed: bool):
+        self.text, self.tokenizer, self.windowed = text, tokenizer, windowed
+        self.restarts = [m.start() for m in _RESTART.finditer(text)] if windowed else []
+
+    def before(self, cut: int, need: int) -> np.ndarray:
+        """The ids of ``text[:cut]``, or at least their last ``need`` (a tail of ≥ ``need`` ids)."""
+        if not self.windowed:
+            return _encode(self.text[:cut], self.tokenizer)
+        span = need * _WINDOW_CHARS_PER_TOKEN
+        while True:
+            i = bisect_right(self.restarts, cut - span) - 1
+            start = self.restarts[i] if i >= 0 and cut - span > 0 else 0
+            ids = _encode(self.text[start:cut], self.tokenizer)
+            if len(ids) >= need or start == 0:
+                return ids
+            span *= 2
+
+    def after(self, cut: int, need: int) -> np.ndarray:
+        """The ids of ``text[cut:]``, or at least their first ``need`` (a prefix of ≥ ``need`` ids)."""
+        if not self.windowed:
+            return _encode(self.text[cut:], self.tokenizer)
+        span = need * _WINDOW_CHARS_PER_TOKEN
+        while True:
+            j = bisect_left(self.restarts, cut + span)
+            end = self.restarts[j] if j < len(self.restarts) else len(self.text)
+            ids = _encode(self.text[cut:end], self.tokenizer)
+            if len(ids) >= need or end == len(self.text):
+                return ids
+            span *= 2
 
 
 def make_prompts(docs: list[Document], n_prompts: int, prompt_len: int, gen_len: int, tokenizer=None,
@@ -63,6 +110,9 @@ def make_prompts(docs: list[Document], n_prompts: int, prompt_len: int, gen_len:
     if len(bos) >= prompt_len:
         raise CorpusError(f"prompt_len {prompt_len} leaves no room after the tokenizer's BOS prefix {bos}")
     chosen: dict[str, set[int]] = defaultdict(set)      # cuts of each file taken by earlier rounds
+    windowed = splits_at_whitespace(tokenizer)
+    need_before = max(prompt_len - len(bos), min_prompt)
+    texts: dict[str, _WindowedText] = {}              # each file's restart points, found once for all rounds
     for round_ in range(per_file):
         for d in order:
             if len(out) == n_prompts:
@@ -76,8 +126,13 @@ def make_prompts(docs: list[Document], n_prompts: int, prompt_len: int, gen_len:
             rng = np.random.default_rng((zlib.crc32(d.path.encode()), round_) if round_ else zlib.crc32(d.path.encode()))
             # the round's own order over all lines, then the first 8 not taken before: a file's non-repeated picks
             # are the same as without the exclusion
+            if d.path not in texts:
+                texts[d.path] = _WindowedText(d.text, tokenizer, windowed)
+            text = texts[d.path]
             for cut in [int(c) for c in rng.permutation(cands) if int(c) not in chosen[d.path]][:8]:
-                before, after = _encode(d.text[:cut], tokenizer), _encode(d.text[cut:], tokenizer)
+                # a window's ids are the tail (head) of the whole prefix's (suffix's), so the length checks and the
+                # slices below give what whole-text encodes give
+                before, after = text.before(cut, need_before), text.after(cut, gen_len)
                 if len(after) >= gen_len and len(before) >= min_prompt:
                     chosen[d.path].add(cut)
                     # the tokenizer's own BOS convention (bos_prefix), then the end of the text before the cut

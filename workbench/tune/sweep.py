@@ -31,6 +31,9 @@ class SweepConfig:
     """Decoding policy whose threshold is tuned: confidence or sampler."""
     sampler: str | None = None
     """Trained sampler directory (policy = sampler)."""
+    sampler_fallback: str = "confidence"
+    """The sampler policy's one position when none reaches τ: 'confidence' (the model's most confident one, serial
+    decoding's choice) or 'sampler' (the sampler's top one; the ablation)."""
     study: str = "threshold-sweep"
     """Study name; rerunning with the same name and storage resumes the study."""
     storage: str | None = None
@@ -93,6 +96,10 @@ class SweepConfig:
             raise ValueError("confidence thresholds must lie in (0, 1]")
         if self.policy == "sampler" and not self.sampler:
             raise ValueError("--policy sampler needs --sampler <trained sampler directory>")
+        from ..sampler.policy import SAMPLER_FALLBACKS
+
+        if self.sampler_fallback not in SAMPLER_FALLBACKS:
+            raise ValueError(f"unknown --sampler_fallback {self.sampler_fallback!r}; valid: {', '.join(SAMPLER_FALLBACKS)}")
         for b in self.block_lengths:
             if b <= 0 or self.gen_len % b:
                 raise ValueError(f"block length {b} must be positive and divide gen_len {self.gen_len}")
@@ -114,7 +121,8 @@ class ThresholdObjective:
         enc = None if is_byte_tokenizer(self.tok) else self.tok
         self.prompts = make_prompts(by_split(load_corpus(cfg.corpus), "test"), cfg.n_prompts, cfg.prompt_len,
                                     cfg.gen_len, enc)
-        self.extra = {"sampler": LoadedSampler.load(cfg.sampler, self.model.device)} if cfg.policy == "sampler" else {}
+        self.extra = ({"sampler": LoadedSampler.load(cfg.sampler, self.model.device), "fallback": cfg.sampler_fallback}
+                      if cfg.policy == "sampler" else {})
         self._serial: dict[int, list[list[int]]] = {}
 
     def _decode(self, policy: str, b: int, **kw):
