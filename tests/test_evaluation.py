@@ -173,3 +173,21 @@ def test_prompts_per_file_are_distinct_cuts_and_prefix_stable():
     for n, rounds in ((5, 24), (len(many), 2), (10, 3)):
         fewer = make_prompts(docs, n, 64, 32, per_file=rounds, min_prompt=16)
         assert [(p.path, p.prompt) for p in fewer] == [(p.path, p.prompt) for p in many[:len(fewer)]]
+
+
+def test_prompts_of_files_sharing_a_path_come_from_their_own_text():
+    """A JSONL corpus's ids may repeat: each prompt's text (prompt, then its continuation) is a piece of its own
+    document that starts the continuation at a line start (a per-path cache once served one document's text for
+    both)."""
+    from workbench.corpus import Document
+    from workbench.evaluation.prompts import make_prompts
+
+    docs = [Document("dup", "alpha", "test", "".join(f"alpha_{i} = {i}\n" for i in range(60))),
+            Document("dup", "beta", "test", "".join(f"beta{i}()\n" for i in range(60)))]
+    text_of = {d.category: d.text for d in docs}
+    ps = make_prompts(docs, 8, 20, 8, None, min_prompt=8, per_file=4)
+    assert {p.category for p in ps} == {"alpha", "beta"}
+    for p in ps:
+        prompt, real = bytes(p.prompt).decode(), bytes(p.real).decode()
+        at = text_of[p.category].find(prompt + real)
+        assert at >= 0 and text_of[p.category][at + len(prompt) - 1] == "\n", (p.category, prompt, real)

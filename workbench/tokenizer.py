@@ -79,11 +79,12 @@ def splits_at_whitespace(tok: PreTrainedTokenizerBase | None) -> bool:
 
     True for ``tok=None`` (the byte-level ids of :func:`encode_bytes`) and for GPT-2-style tokenizers (SmolLM2's,
     :func:`train_bpe_tokenizer`'s): no normaliser, a ByteLevel pre-tokenizer with its regex and no prefix space,
-    and added tokens that neither strip neighbours nor hold whitespace. BPE never merges across the regex's pieces
-    (``'s``, `` ?\\p{L}+``, `` ?\\p{N}+``, `` ?[^\\s\\p{L}\\p{N}]+``, ``\\s+(?!\\S)``, ``\\s+``): a piece that
-    holds a non-whitespace character ends at the first whitespace after it, whatever follows, and the regex has no
-    lookbehind, so the pieces from ``a`` on depend only on the text from ``a`` on. False for anything else (e.g.
-    Gemma's SentencePiece-style BPE, whose merges cross whitespace)."""
+    added tokens that neither strip neighbours nor hold whitespace, and no BPE dropout (random merges). BPE never
+    merges across the regex's pieces (``'s``, `` ?\\p{L}+``, `` ?\\p{N}+``, `` ?[^\\s\\p{L}\\p{N}]+``,
+    ``\\s+(?!\\S)``, ``\\s+``): a piece that holds a non-whitespace character ends at the first whitespace after
+    it, whatever follows, and the regex has no lookbehind, so the pieces from ``a`` on depend only on the text from
+    ``a`` on. Added tokens are split off before the regex runs and hold no whitespace, so none spans ``a``. False
+    for anything else (e.g. Gemma's SentencePiece-style BPE, whose merges cross whitespace)."""
     if tok is None:
         return True
     backend = getattr(tok, "backend_tokenizer", None)
@@ -94,7 +95,7 @@ def splits_at_whitespace(tok: PreTrainedTokenizerBase | None) -> bool:
     added_ok = all(not a.get("lstrip") and not a.get("rstrip") and not any(ch.isspace() for ch in a.get("content", ""))
                    for a in cfg.get("added_tokens") or [])
     return (cfg.get("normalizer") is None and pre.get("type") == "ByteLevel" and bool(pre.get("use_regex", True))
-            and not pre.get("add_prefix_space", False) and added_ok)
+            and not pre.get("add_prefix_space", False) and added_ok and not (cfg.get("model") or {}).get("dropout"))
 
 
 def bos_prefix(tok: PreTrainedTokenizerBase | None) -> list[int]:

@@ -52,6 +52,9 @@ class _WindowedText:
     def __init__(self, text: str, tokenizer, windowed: bool):
         self.text, self.tokenizer, self.windowed = text, tokenizer, windowed
         self.restarts = [m.start() for m in _RESTART.finditer(text)] if windowed else []
+        lines = text.splitlines(keepends=True)
+        #: character offsets of the line starts after the first (``str.splitlines``' line boundaries)
+        self.line_starts = [int(x) for x in np.cumsum([len(line) for line in lines[:-1]])]
 
     def before(self, cut: int, need: int) -> np.ndarray:
         """The ids of ``text[:cut]``, or at least their last ``need`` (a tail of ≥ ``need`` ids)."""
@@ -109,32 +112,29 @@ def make_prompts(docs: list[Document], n_prompts: int, prompt_len: int, gen_len:
     bos = bos_prefix(tokenizer)
     if len(bos) >= prompt_len:
         raise CorpusError(f"prompt_len {prompt_len} leaves no room after the tokenizer's BOS prefix {bos}")
-    chosen: dict[str, set[int]] = defaultdict(set)      # cuts of each file taken by earlier rounds
+    chosen: dict[int, set[int]] = defaultdict(set)      # cuts of each file taken by earlier rounds
     windowed = splits_at_whitespace(tokenizer)
     need_before = max(prompt_len - len(bos), min_prompt)
-    texts: dict[str, _WindowedText] = {}              # each file's restart points, found once for all rounds
+    texts: dict[int, _WindowedText] = {}
     for round_ in range(per_file):
-        for d in order:
+        for i, d in enumerate(order):         # i, not the path, keys a file: a JSONL corpus's ids may repeat
             if len(out) == n_prompts:
                 break
-            lines = d.text.splitlines(keepends=True)
-            starts = np.cumsum([0] + [len(l) for l in lines[:-1]]) if lines else np.zeros(0, dtype=int)
-            # character offsets of line starts → candidate cuts; tokenise prefix/suffix separately
-            cands = [int(s) for s in starts if s > 0]
+            if i not in texts:                 # found on a file's first visit, kept for later rounds
+                texts[i] = _WindowedText(d.text, tokenizer, windowed)
+            text = texts[i]
+            cands = text.line_starts            # character offsets of line starts → candidate cuts
             if not cands:
                 continue
             rng = np.random.default_rng((zlib.crc32(d.path.encode()), round_) if round_ else zlib.crc32(d.path.encode()))
             # the round's own order over all lines, then the first 8 not taken before: a file's non-repeated picks
             # are the same as without the exclusion
-            if d.path not in texts:
-                texts[d.path] = _WindowedText(d.text, tokenizer, windowed)
-            text = texts[d.path]
-            for cut in [int(c) for c in rng.permutation(cands) if int(c) not in chosen[d.path]][:8]:
+            for cut in [int(c) for c in rng.permutation(cands) if int(c) not in chosen[i]][:8]:
                 # a window's ids are the tail (head) of the whole prefix's (suffix's), so the length checks and the
                 # slices below give what whole-text encodes give
                 before, after = text.before(cut, need_before), text.after(cut, gen_len)
                 if len(after) >= gen_len and len(before) >= min_prompt:
-                    chosen[d.path].add(cut)
+                    chosen[i].add(cut)
                     # the tokenizer's own BOS convention (bos_prefix), then the end of the text before the cut
                     ids = bos + before[-(prompt_len - len(bos)):].tolist()
                     out.append(Prompt(len(out), d.path, d.category, tuple(ids), tuple(after[:gen_len].tolist())))
