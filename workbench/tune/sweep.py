@@ -96,10 +96,9 @@ class SweepConfig:
             raise ValueError("confidence thresholds must lie in (0, 1]")
         if self.policy == "sampler" and not self.sampler:
             raise ValueError("--policy sampler needs --sampler <trained sampler directory>")
-        from ..sampler.policy import SAMPLER_FALLBACKS
+        from ..sampler.policy import check_fallback
 
-        if self.sampler_fallback not in SAMPLER_FALLBACKS:
-            raise ValueError(f"unknown --sampler_fallback {self.sampler_fallback!r}; valid: {', '.join(SAMPLER_FALLBACKS)}")
+        check_fallback(self.sampler_fallback)        # a DecodeError, which is a ValueError
         for b in self.block_lengths:
             if b <= 0 or self.gen_len % b:
                 raise ValueError(f"block length {b} must be positive and divide gen_len {self.gen_len}")
