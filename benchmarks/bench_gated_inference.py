@@ -9,6 +9,9 @@ On ``smollm2-135m-trimode`` (or ``--model``), after a ``--prefix``-token prompt 
   self-speculation forward at k = 2 is 12 tokens): peft's trainable-tokens wrapper, which rebuilds the whole
   embedding and tied head with the mask row swapped in at every forward, against the row baked into the base
   weight (:func:`~workbench.model.gated_lora.bake_mask_rows`);
+* ``gated_forward_lora_layer``: the same forward through peft's ``lora.Linear`` layers with the gate as a forward
+  hook (the training form) against their inference form,
+  :class:`~workbench.model.lora_linear.GatedLoRALinear` (the same operations without peft's per-call Python);
 * ``precision``: the AR step in 'bf16' (fp32 weights under bf16 autocast, re-cast at every forward) against
   'bf16-true' (weights stored in bf16, :func:`~workbench.decoding.base.cast_for_precision`), and fp32.
 
@@ -104,24 +107,37 @@ def main() -> None:
                       ("fp32", "bf16_true"), args.n, args.repeats))
     del by_precision
 
-    # the adapter switch, on the bf16-true model
+    # the inference model, bf16-true
     model, _, _ = load_model(args.model)
     model.eval()
     cast_for_precision(model, "bf16-true")
     cache = prefill(model, "bf16-true")
-    rows.append(_pair("ar_step_adapter_off", _forward(model, one, cache, kv1, None, model.backbone.disable_adapter),
-                      _forward(model, one, cache, kv1, None, lambda: adapters_disabled(model.backbone)),
-                      ("peft_disable_adapter", "adapters_disabled"), args.n, args.repeats))
+    # the gated forward: peft's trainable-tokens wrapper against the baked row (both through peft's LoRA layers),
+    # then peft's LoRA layers against their inference form (both baked)
+    from workbench.model.gated_lora import bake_mask_rows
 
-    # the mask row: peft's per-forward rebuild (a trainable load keeps the wrapper) against the baked row
-    rows.append(_gated_pair(args, model, cache, new, kvq, gate))
+    wrapped, wcache = _trainable_load(args)
+    peft_layers, pcache = _trainable_load(args)
+    bake_mask_rows(peft_layers.backbone)
+    # the adapter switch, on peft's layers (the inference form has its own, the gate's `off`)
+    rows.append(_pair("ar_step_adapter_off",
+                      _forward(peft_layers, one, pcache, kv1, None, peft_layers.backbone.disable_adapter),
+                      _forward(peft_layers, one, pcache, kv1, None, lambda: adapters_disabled(peft_layers.backbone)),
+                      ("peft_disable_adapter", "adapters_disabled"), args.n, args.repeats))
+    rows.append(_pair("gated_forward_mask_row", _forward(wrapped, new, wcache, kvq, gate),
+                      _forward(peft_layers, new, pcache, kvq, gate), ("peft_wrapper", "baked_row"), args.n,
+                      args.repeats))
+    del wrapped, wcache
+    rows.append(_pair("gated_forward_lora_layer", _forward(peft_layers, new, pcache, kvq, gate),
+                      _forward(model, new, cache, kvq, gate), ("peft_lora_linear", "gated_lora_linear"), args.n,
+                      args.repeats))
     for r in rows:
         print(json.dumps(r))
 
 
-def _gated_pair(args, baked, cache, new, kvq, gate) -> dict:
-    """Gated forward with peft's trainable-tokens wrapper (the adapter loaded as trainable, so not baked) against
-    the baked row, both bf16-true, on their own caches of the same prefix."""
+def _trainable_load(args):
+    """The model loaded for training (peft's layers, gate hook, trainable-tokens wrapper), bf16-true, with a
+    ``--prefix`` cache of the same prompt as the inference model's."""
     from workbench.model.load import attach_adapter
     from workbench.model.named import resolve
 
@@ -132,12 +148,11 @@ def _gated_pair(args, baked, cache, new, kvq, gate) -> dict:
     wrapped, _ = attach_adapter(base, tok, adapter, trainable=True)
     wrapped.eval()
     cast_for_precision(wrapped, "bf16-true")
-    ids = torch.randint(0, 40000, (1, args.prefix), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, 40000, (1, args.prefix), generator=torch.Generator().manual_seed(0))
     wcache = wrapped.new_cache()
     with torch.no_grad():
         wrapped.extend(ids, wcache, torch.ones_like(ids, dtype=torch.bool))
-    return _pair("gated_forward_mask_row", _forward(wrapped, new, wcache, kvq, gate),
-                 _forward(baked, new, cache, kvq, gate), ("peft_wrapper", "baked_row"), args.n, args.repeats)
+    return wrapped, wcache
 
 
 if __name__ == "__main__":

@@ -154,6 +154,60 @@ def test_adapter_round_trip_plain_peft_and_fingerprint(ar_checkpoint, tmp_path):
         attach_adapter(other, tok3, out)
 
 
+def test_inference_form_equals_peft_layers_keeps_the_fingerprint_and_switches_off(ar_checkpoint, tmp_path):
+    """An inference load replaces peft's LoRA layers by GatedLoRALinear: same parameter names and tensors (so the
+    same model fingerprint: stores and samplers still match), bitwise the same logits as peft's layers with the
+    gate hook under a per-token gate, all-on and off, and the base's exactly when the adapter is off."""
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    from workbench.model.fingerprint import model_fingerprint
+    from workbench.model.gated_lora import bake_mask_rows
+    from workbench.model.lora_linear import GatedLoRALinear, lean_lora_layers
+
+    model, _ = _gated(ar_checkpoint)
+    out = save_gated_adapter(model, tmp_path / "adapter", {"base_fingerprint": model.base_fingerprint},
+                             dtype=torch.float32)
+    forms = {}
+    for trainable in (False, True):
+        base, tok, _ = load_model(str(ar_checkpoint))
+        forms[trainable], _ = attach_adapter(base, tok, out, trainable=trainable)
+        forms[trainable].eval()
+    lean, peft_form = forms[False], forms[True]
+    bake_mask_rows(peft_form.backbone)                  # the training form with the row baked: only the layers differ
+    n_layers = 2 * 7
+    assert sum(isinstance(m, GatedLoRALinear) for m in lean.backbone.modules()) == n_layers
+    assert not any(isinstance(m, LoraLinear) for m in lean.backbone.modules())
+    assert sum(isinstance(m, LoraLinear) for m in peft_form.backbone.modules()) == n_layers
+    want_sd, got_sd = peft_form.backbone.state_dict(), lean.backbone.state_dict()
+    assert list(got_sd) == list(want_sd) and all(torch.equal(got_sd[k], want_sd[k]) for k in want_sd)
+    assert model_fingerprint(lean) == model_fingerprint(peft_form)
+    ids = _ids(tok)
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    per_token = torch.zeros_like(ids, dtype=torch.bool)
+    per_token[:, 5::2] = True
+    base_only, _, _ = load_model(str(ar_checkpoint))
+    with torch.no_grad():
+        want_base = base_only.backbone(ids).logits
+        for on in (per_token, True, False):
+            outs = []
+            for m in (peft_form, lean):
+                with lora_positions(m, on):
+                    outs.append(m._cached_forward(ids, m.new_cache(), valid, causal=True))
+            assert torch.equal(outs[0], outs[1])
+            v = want_base.shape[-1]
+            if on is False:
+                assert torch.equal(outs[1][..., :v], want_base)             # off: the base model exactly
+            else:
+                assert (outs[1][..., :v] - want_base).abs().max() > 1e-3    # on: the adapter is applied
+    # what the inference form does not cover is refused in one line
+    from peft import LoraConfig, get_peft_model
+
+    plain, _, _ = load_model(str(ar_checkpoint))
+    dropped = get_peft_model(plain.backbone, LoraConfig(r=2, lora_dropout=0.1, target_modules=["q_proj"]))
+    with pytest.raises(ValueError, match="dropout"):
+        lean_lora_layers(dropped, None)
+
+
 def test_gated_training_run_saves_adapter_only(ar_checkpoint, tmp_path, small_corpus):
     from workbench.train.lm import train_lm
 

@@ -12,9 +12,11 @@ construction.
 
 Mechanism: a peft ``LoraConfig`` on every attention and MLP linear layer (``q, k, v, o, gate, up, down`` for
 Llama-style families), plus the new mask token's embedding row as peft *trainable tokens* (the only base row
-that changes; with tied embeddings peft updates the tied output row too). The gate is a forward hook on each
-``lora_B`` module that multiplies its output ``(N, Q, out)`` by ``g`` ``(N, Q, 1)``; with ``g`` all ones or all
-zeros the hook is bypassed (the adapter is simply on, or disabled with peft's ``disable_adapter``). The saved
+that changes; with tied embeddings peft updates the tied output row too). For training, the gate is a forward
+hook on each ``lora_B`` module that multiplies its output ``(N, Q, out)`` by ``g`` ``(N, Q, 1)``; with ``g`` all
+ones or all zeros the hook is bypassed (the adapter is simply on, or disabled through peft's per-layer flag). For
+inference, peft's layers are replaced by :class:`~workbench.model.lora_linear.GatedLoRALinear`, which computes the
+same thing without peft's per-call Python and reads the gate itself. The saved
 adapter is an ordinary peft directory: ``PeftModel.from_pretrained(base_with_mask_row, adapter_dir)`` reloads
 the weights; the gating itself is this module's.
 """
@@ -36,9 +38,12 @@ _LAYERS_ATTR = "_workbench_tuner_layers"
 
 @dataclass
 class LoRAGate:
-    """The current per-token gate ``(N, Q, 1)`` (``None``: no scaling) shared by every ``lora_B`` hook."""
+    """The current per-token gate ``(N, Q, 1)`` (``None``: no scaling) shared by every ``lora_B`` hook (training
+    form) or every :class:`~workbench.model.lora_linear.GatedLoRALinear` (inference form), and whether the adapter
+    is ``off`` (:func:`adapters_disabled`; the training form reads peft's per-layer flag instead)."""
 
     gate: torch.Tensor | None = None
+    off: bool = False
 
     def hook(self, module: nn.Module, inputs, output: torch.Tensor) -> torch.Tensor:
         return output if self.gate is None else output * self.gate.to(output.dtype)
@@ -87,6 +92,11 @@ def attach_gated_lora(model, rank: int, alpha: float, targets=DEFAULT_TARGETS, t
 def load_gated_lora(model, adapter_dir, trainable: bool = False):
     """Attach the gated adapter saved in ``adapter_dir`` (peft format) to ``model.backbone`` in place.
 
+    ``trainable=False`` (inference): the mask row is baked into the base weights (:func:`bake_mask_rows`) and every
+    peft LoRA layer is replaced by its inference form (:class:`~workbench.model.lora_linear.GatedLoRALinear`: the
+    same operations and outputs, same parameter names, without peft's per-call Python). ``trainable=True`` keeps
+    peft's layers, with the gate as a forward hook, for training and saving.
+
     Raises ``FileNotFoundError`` if ``adapter_dir`` holds no ``adapter_config.json``.
     """
     from pathlib import Path
@@ -97,9 +107,15 @@ def load_gated_lora(model, adapter_dir, trainable: bool = False):
     if not (d / "adapter_config.json").is_file():
         raise FileNotFoundError(f"{d} is not a peft adapter directory (no adapter_config.json)")
     model.backbone = PeftModel.from_pretrained(model.backbone, d, is_trainable=trainable)
-    if not trainable:
-        bake_mask_rows(model.backbone)
-    _install_gate(model.backbone)
+    if trainable:
+        _install_gate(model.backbone)
+        return model
+    from .lora_linear import lean_lora_layers
+
+    bake_mask_rows(model.backbone)
+    gate = LoRAGate()
+    lean_lora_layers(model.backbone, gate)       # peft's computation without its per-call bookkeeping
+    setattr(model.backbone, _GATE_ATTR, gate)
     return model
 
 
@@ -186,14 +202,20 @@ def adapters_disabled(backbone: nn.Module):
     if layers is None:
         layers = [m for m in backbone.modules() if isinstance(m, BaseTunerLayer)]
         setattr(backbone, _LAYERS_ATTR, layers)
+    gate: LoRAGate | None = getattr(backbone, _GATE_ATTR, None)
+    was_off = gate.off if gate is not None else False
     before = [layer._disable_adapters for layer in layers]
     for layer in layers:
         layer._disable_adapters = True
+    if gate is not None:
+        gate.off = True                          # the inference form's switch
     try:
         yield
     finally:
         for layer, flag in zip(layers, before):
             layer._disable_adapters = flag
+        if gate is not None:
+            gate.off = was_off
 
 
 @contextlib.contextmanager
