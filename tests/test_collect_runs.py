@@ -215,6 +215,52 @@ def test_extend_refuses_a_partial_last_item_and_a_changed_prompt_order(tmp_path,
     whole = str(tmp_path / "whole.zarr")
     collect.run_collect(collect.CollectConfig(out=whole, n_prompts=10, **kw))
     real = collect.make_prompts
-    monkeypatch.setattr(collect, "make_prompts", lambda docs, n, *a, **k: real(docs, n, *a, **k)[::-1])
+    # only the larger plan changes order: the old plan rebuilt is still the one collected (same prompt digest)
+    monkeypatch.setattr(collect, "make_prompts",
+                        lambda docs, n, *a, **k: real(docs, n, *a, **k)[::-1 if n == 12 else 1])
     with pytest.raises(StoreError, match="not prefix-stable"):
         collect.run_collect(collect.CollectConfig(out=whole, n_prompts=12, extend=True, **kw))
+
+
+def test_resume_and_extend_refuse_a_changed_corpus(tmp_path, micro_checkpoint, small_corpus):
+    """The store records the digest of its prompt plan: a resume or an --extend on a corpus changed since is
+    refused in one line (its work items would no longer be the committed ones); a store from before the digest
+    records it at its next resume."""
+    import shutil
+
+    import pytest
+    import zarr
+
+    from workbench.trajectories import collect
+    from workbench.trajectories.store import StoreError
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(small_corpus, corpus)
+    kw = dict(model=str(micro_checkpoint), corpus=str(corpus), blocks_per_prompt=2, block_lengths=[4],
+              batch_size=4, context_len=48, precision="fp32", accelerator="cpu", progress_bar=False)
+    out = tmp_path / "s.zarr"
+    collect.run_collect(collect.CollectConfig(out=str(out), n_prompts=10, **kw))
+    digest = zarr.open_group(out, mode="r").attrs["prompt_digest"]
+    assert len(digest) == 16
+    collect.run_collect(collect.CollectConfig(out=str(out), n_prompts=10, **kw))          # resume: same prompts
+    files = lambda: {f: f.read_bytes() for f in sorted(out.rglob("*")) if f.is_file()}  # noqa: E731
+    before = files()
+    for f in corpus.rglob("*.py"):                                       # every cut point now sees other text
+        f.write_text("# edited\n" + f.read_text())
+    with pytest.raises(StoreError, match=f"collected on other prompts \\(prompt digest {digest} != "):
+        collect.run_collect(collect.CollectConfig(out=str(out), n_prompts=10, **kw))
+    with pytest.raises(StoreError, match="collected on other prompts than its plan of 10 prompts gives now"):
+        collect.run_collect(collect.CollectConfig(out=str(out), n_prompts=12, extend=True, **kw))
+    assert files() == before and zarr.open_group(out, mode="r").attrs["prompt_digest"] == digest
+    p = run_cli("collect", "--model", str(micro_checkpoint), "--corpus", str(corpus), "--out", str(out),
+                "--n_prompts", "10", "--blocks_per_prompt", "2", "--block_lengths", "[4]", "--batch_size", "4",
+                "--context_len", "48", "--precision", "fp32", "--accelerator", "cpu", "--progress_bar", "false")
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "other prompts" in p.stderr, p.stderr
+    # a store without the digest (collected before it existed) is resumed and records it
+    old = tmp_path / "old.zarr"
+    collect.run_collect(collect.CollectConfig(out=str(old), n_prompts=10, **kw))
+    meta = json.loads((old / "zarr.json").read_text())
+    now = meta["attributes"].pop("prompt_digest")
+    (old / "zarr.json").write_text(json.dumps(meta))
+    collect.run_collect(collect.CollectConfig(out=str(old), n_prompts=10, **kw))
+    assert zarr.open_group(old, mode="r").attrs["prompt_digest"] == now != digest

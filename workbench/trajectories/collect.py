@@ -143,6 +143,52 @@ def build_specs(prompts, categories: list[str], block_length: int, blocks_per_pr
     return out
 
 
+def prompt_digest(prompts) -> str:
+    """sha256 (first 16 hex digits) of a prompt plan: every prompt's id, path, category, prompt ids and real
+    continuation ids, in order. The store records it (root attr ``prompt_digest``) so that a resume or an
+    ``--extend`` on a changed corpus, split or tokenizer, whose work items would no longer be the ones already
+    committed, is refused."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in prompts:
+        h.update(f"{p.prompt_id}\0{p.path}\0{p.category}\0{len(p.prompt)}\0{len(p.real)}\0".encode())
+        h.update(np.asarray(p.prompt, dtype=np.int64).tobytes())
+        h.update(np.asarray(p.real, dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def check_prompt_digest(out, recorded: str | None, planned: str, what: str = "") -> None:
+    """Refuse to resume (or extend) the store at ``out`` when the prompts its recorded settings plan today
+    (digest ``planned``) are not those it was collected on (``recorded``; ``None``: a store from before the
+    digest, not checked). Raises :class:`~workbench.trajectories.store.StoreError` (one line)."""
+    from .store import StoreError
+
+    if recorded is not None and recorded != planned:
+        raise StoreError(f"store {out} was collected on other prompts{what} (prompt digest {recorded} != {planned}): "
+                         "the corpus, its split or the tokenizer changed since; resume it on the corpus that "
+                         "started it, or collect into a new path")
+
+
+#: Store attrs that, with the corpus text, determine the prompt plan (and so the prompt digest).
+PLAN_INPUTS = ("model_fingerprint", "tokenizer_hash", "corpus", "corpus_split", "seed", "n_prompts",
+               "prompts_per_file", "blocks_per_prompt", "context_len", "block_lengths")
+
+
+def check_resumed_prompts(out, attrs: dict) -> None:
+    """Before a resume: when the store at ``out`` has every plan input of ``attrs`` (:data:`PLAN_INPUTS`), its
+    recorded prompt digest must be ``attrs["prompt_digest"]``; a difference can only come from the corpus text
+    (or the tokenizer's behaviour) and is refused by :func:`check_prompt_digest`. Other differences are left to
+    :func:`~workbench.trajectories.store.create_store`, which names the setting. A missing store passes."""
+    from .store import open_store
+
+    if not (Path(out) / "zarr.json").is_file():
+        return
+    old = dict(open_store(out).attrs)
+    if all(json.dumps(old.get(k), sort_keys=True) == json.dumps(attrs[k], sort_keys=True) for k in PLAN_INPUTS):
+        check_prompt_digest(out, old.get("prompt_digest"), attrs["prompt_digest"])
+
+
 class ItemDataset(Dataset):
     """Work items of one rank: each element is ``(block_length, item_id, [TrajectorySpec, ...])``."""
 
@@ -316,8 +362,8 @@ def check_extension(cfg: CollectConfig, docs, enc, categories: list[str],
     ``n_prompts`` and ``prompts_per_file``) and check that it is the prefix of the new plan ``specs`` (per B) and
     that its last work item is whole, so every committed item keeps its id and content. A missing store is simply
     created; other differing settings are left to :func:`~workbench.trajectories.store.create_store`, which names
-    them. The store keeps no text, so a corpus changed since the store was collected (as a resume) is not
-    detected: extend on the machine and corpus that started it.
+    them. A corpus changed since the store was collected (as on a resume) is
+    detected by the prompt digest the store records (:func:`prompt_digest`).
 
     Raises :class:`~workbench.trajectories.store.StoreError` (one line) otherwise, before anything is written."""
     from .store import StoreError, open_store
@@ -339,12 +385,14 @@ def check_extension(cfg: CollectConfig, docs, enc, categories: list[str],
         raise StoreError(f"store {cfg.out} has {len(cfg.block_lengths)} block lengths: extend it with --devices 1 "
                          "(ranks take every W-th work item over all groups, so growing one group moves the next "
                          "group's items to other ranks)")
-    if old.get("categories") != categories:       # stored trajectories index the old list
-        raise StoreError(f"the extended plan of store {cfg.out} has other prompt categories ({old.get('categories')} "
-                         f"!= {categories}): extend only a store whose prompts cover every category; or use a new path")
     b_max = max(cfg.block_lengths)
     before = make_prompts(docs, old["n_prompts"], cfg.context_len, cfg.blocks_per_prompt * b_max, enc,
                           per_file=old["prompts_per_file"])
+    check_prompt_digest(cfg.out, old.get("prompt_digest"), prompt_digest(before),
+                        f" than its plan of {old['n_prompts']} prompts gives now")
+    if old.get("categories") != categories:       # stored trajectories index the old list
+        raise StoreError(f"the extended plan of store {cfg.out} has other prompt categories ({old.get('categories')} "
+                         f"!= {categories}): extend only a store whose prompts cover every category; or use a new path")
     for b, new in specs.items():
         had = build_specs(before, categories, b, cfg.blocks_per_prompt, cfg.context_len)
         if new[:len(had)] != had:
@@ -381,9 +429,13 @@ def run_collect(cfg: CollectConfig) -> dict:
         items += [(b, i, sp[s:s + cfg.batch_size]) for i, s in enumerate(range(0, len(sp), cfg.batch_size))]
     # the planned work items per block length: `store verify` calls a store with fewer committed unfinished
     work_items = {str(b): sum(1 for it in items if it[0] == b) for b in cfg.block_lengths}
-    create_store(cfg.out, {**store_attrs(cfg, model, tok, categories), "work_items": work_items},
-                 list(cfg.block_lengths), token_pca(emb, feature_spec(cfg.feature_dim)["pca_dim"], cfg.seed),
-                 growable=EXTENDABLE, extend=cfg.extend)
+    attrs = {**store_attrs(cfg, model, tok, categories), "work_items": work_items,
+             "prompt_digest": prompt_digest(prompts)}
+    if not cfg.extend:                            # extend checked its old plan's digest above
+        check_resumed_prompts(cfg.out, attrs)
+    create_store(cfg.out, attrs, list(cfg.block_lengths),
+                 token_pca(emb, feature_spec(cfg.feature_dim)["pca_dim"], cfg.seed),
+                 growable=EXTENDABLE, extend=cfg.extend, replaceable=("prompt_digest",))
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     writer = TrajectoryWriter(cfg.out, cfg.block_lengths, cfg.rows_per_chunk)
     trainer = pl.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, logger=False,

@@ -132,7 +132,7 @@ def _pca_width(attrs: dict) -> int:
 
 
 def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndarray | None = None,
-                 growable: tuple[str, ...] = (), extend: bool = False) -> None:
+                 growable: tuple[str, ...] = (), extend: bool = False, replaceable: tuple[str, ...] = ()) -> None:
     """Create a store at ``path`` (root attrs ``{"schema_version": SCHEMA_VERSION, **attrs}``, one group ``B{B}``
     per block length, optional ``token_pca`` (V, pca_dim) stored as float16, pca_dim from ``attrs["feature_spec"]``,
     44 by default).
@@ -146,6 +146,10 @@ def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndar
     such a difference is refused with a hint to ``--extend true``. The caller checks that the larger plan keeps
     the old one as its prefix (``workbench collect --extend``).
 
+    ``replaceable`` names attrs the caller has already checked against the existing store (the prompt digest of
+    ``workbench collect``): once every other setting matched, a new value is written (or added to a store that
+    lacks it) instead of refused.
+
     Atomic against concurrent creators: the whole check-or-create runs under an exclusive lock on
     ``.<name>.create-lock`` beside the store (``fcntl.flock``, released if the process dies), so of two collections
     started at once into a new path, the second finds the first's finished store and is refused if its settings
@@ -154,7 +158,7 @@ def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndar
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with _creation_lock(p):
-        _create_store_locked(p, attrs, block_lengths, token_pca, tuple(growable), extend)
+        _create_store_locked(p, attrs, block_lengths, token_pca, tuple(growable), extend, tuple(replaceable))
 
 
 def _not_smaller(new, old) -> bool:
@@ -176,7 +180,8 @@ def _creation_lock(p: Path):
 
 
 def _create_store_locked(p: Path, attrs: dict, block_lengths: list[int], token_pca: np.ndarray | None,
-                         growable: tuple[str, ...] = (), extend: bool = False) -> None:
+                         growable: tuple[str, ...] = (), extend: bool = False,
+                         replaceable: tuple[str, ...] = ()) -> None:
     attrs = {"schema_version": SCHEMA_VERSION, **_jsonable(attrs)}
     lens = sorted({int(b) for b in block_lengths})
     if not lens or min(lens) < 1:
@@ -197,6 +202,9 @@ def _create_store_locked(p: Path, attrs: dict, block_lengths: list[int], token_p
             grown = {}
             for key in sorted(set(old) | set(new), key=str):
                 if old.get(key) == new.get(key):
+                    continue
+                if key in replaceable and key in new:
+                    grown[key] = new[key]                        # written below, once the rest matched
                     continue
                 larger = key in growable and _not_smaller(new.get(key), old.get(key))
                 if larger and extend:
