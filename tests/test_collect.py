@@ -90,3 +90,42 @@ def test_stored_top1_keeps_every_threshold_decision():
     # the control: float16 changes some of these decisions
     half = live_top1.half().float()
     assert any(((half >= t) != (live_top1 >= t)).any() for t in taus.tolist())
+
+
+def test_prompt_chains_follow_contexts_and_the_model_context():
+    from workbench.trajectories.collect import prompt_chains
+
+    def spec(pid, k, ctx, truth):
+        return TrajectorySpec(pid, 0, k, tuple(ctx), tuple(truth))
+
+    specs = [spec(0, 2, [1, 2], [3, 4]), spec(0, 3, [1, 2, 3, 4], [5, 6]),        # an item starting mid-prompt
+             spec(1, 0, [7], [8, 9]), spec(1, 1, [7, 8, 9], [1, 1]),
+             spec(1, 2, [8, 9, 1, 1], [2, 2]),                                       # a slid window: no chain
+             spec(2, 0, [5], [6, 6]), spec(3, 1, [5, 6, 6], [1, 2])]                 # another prompt: no chain
+    assert prompt_chains(specs) == [[0, 1], [2, 3], [4], [5], [6]]
+    # a chain stops where its first context and its blocks would pass the model's context (2 + 2 · 2 = 6 > 5)
+    assert prompt_chains(specs, max_len=5) == [[0], [1], [2, 3], [4], [5], [6]]
+
+
+def test_shared_prefix_collection_equals_per_block_prefill(small_corpus):
+    """Chained blocks decoded with one prefill and real blocks appended to the KV cache record the same
+    trajectories as each block decoded from its own prefilled context (fp32, the shipped tiny model), on an item
+    whose chains have different lengths (it starts and ends inside a prompt)."""
+    from workbench.corpus import by_split, load_corpus
+    from workbench.evaluation.prompts import make_prompts
+    from workbench.model.load import load_model
+    from workbench.trajectories.collect import build_specs, prompt_chains
+
+    model, tok, _ = load_model("builtin:tiny", "cpu")
+    b = 4
+    prompts = make_prompts(by_split(load_corpus(str(small_corpus)), "train"), 4, 40, 3 * b)
+    specs = build_specs(prompts, sorted({p.category for p in prompts}), b, 3, 40)[2:11]
+    assert sorted(len(c) for c in prompt_chains(specs)) == [1, 2, 3, 3]
+    for policy in ("serial", "confidence"):
+        shared, s_trajs = collect_item(model, specs, policy, 0.5, tok.pad_token_id, "fp32")
+        alone, a_trajs = collect_item(model, specs, policy, 0.5, tok.pad_token_id, "fp32", share_prefix=False)
+        for k in ("traj", "step", "top_ids", "masked", "label"):
+            assert np.array_equal(shared[k], alone[k]), (policy, k)
+        np.testing.assert_allclose(shared["top_probs"], alone["top_probs"], atol=1e-4)
+        for k, v in a_trajs.items():
+            assert np.array_equal(s_trajs[k], v), (policy, k)
