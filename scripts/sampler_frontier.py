@@ -28,6 +28,9 @@ from workbench.tokenizer import is_byte_tokenizer
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", required=True)
+    ap.add_argument("--extra_stores", nargs="*", default=[],
+                    help="more stores of the same model read with --store as one dataset (e.g. the hybrid "
+                         "policy's, NLD App. A)")
     ap.add_argument("--model", required=True, help="the model the store was collected from")
     ap.add_argument("--out_dir", required=True)
     ap.add_argument("--block_length", type=int, default=8)
@@ -44,7 +47,7 @@ def main() -> None:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    base = SamplerTrainConfig(store=args.store, block_length=args.block_length, preset=args.preset, batch_size=256,
+    base = SamplerTrainConfig(store=args.store, extra_stores=list(args.extra_stores), block_length=args.block_length, preset=args.preset, batch_size=256,
                               lr=1e-3, warmup_steps=100, max_epochs=args.max_epochs, patience=3, model=args.model,
                               num_workers=0, progress_bar=False, resume=True)
     samplers = train_sampler_pair(base, out)
@@ -60,7 +63,7 @@ def main() -> None:
                       batch_size=args.n_prompts, out_dir=str(out), progress_bar=False)
     fr = frontier_stage(model, tok, prompts, ecfg, samplers["attention"]["path"], args.block_length, out,
                         mlp_path=samplers["mlp"]["path"], fallback=args.fallback)
-    summary = {"store": args.store, "model": args.model, "fallback": args.fallback, "samplers": samplers,
+    summary = {"store": args.store, "extra_stores": args.extra_stores, "model": args.model, "fallback": args.fallback, "samplers": samplers,
                "frontier": {k: v for k, v in fr.items() if k != "summary"}}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     print(json.dumps(summary["frontier"], indent=2, default=str))

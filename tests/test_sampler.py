@@ -173,6 +173,38 @@ def test_store_mismatch_errors(store):
         SamplerDataModule(store.parent / "nope", 8)
 
 
+def test_two_stores_read_as_one_dataset(store, tmp_path):
+    """A second store of the same model (NLD App. A's second trajectory policy) follows the first: rows and
+    trajectories keep their content with ids shifted by the first store's counts; a prompt id in both stores is
+    held out in both (split by prompt); a store of another model is refused in one line."""
+    import zarr
+
+    other = make_store(tmp_path / "hybrid.zarr", items=6, shards=1)
+    zarr.open_group(other, mode="r+").update_attributes({"policy": "hybrid"})
+    a, b, both = StoreReader(store, 8), StoreReader(other, 8), StoreReader([store, other], 8)
+    assert (both.n_rows, both.n_traj) == (a.n_rows + b.n_rows, a.n_traj + b.n_traj)
+    assert both.attrs["policy"] == "serial+hybrid" and both.attrs["stores"] == [str(store), str(other)]
+    tail = both.read_rows(np.arange(a.n_rows, both.n_rows))
+    own = b.read_rows(np.arange(b.n_rows))
+    for k, v in own.items():
+        assert np.array_equal(tail[k], v + (a.n_traj if k == "traj" else 0)), k
+    df, df_b = both.trajectories(), b.trajectories()
+    assert np.array_equal(df["row_start"].to_numpy()[a.n_traj:], df_b["row_start"].to_numpy() + a.n_rows)
+    assert np.array_equal(both.final_ids()[a.n_traj:], b.final_ids())
+    dm = SamplerDataModule([store, other], 8, batch_size=16, val_fraction=0.3, block_rows=64)
+    pid = df["prompt_id"].to_numpy()
+    shared = set(pid[:a.n_traj]) & set(pid[a.n_traj:])        # the second store's prompts are also in the first
+    assert len(shared) == b.n_traj and dm.val_traj.any()
+    for p in shared:
+        assert len(set(dm.val_traj[pid == p])) == 1
+    assert dm.n_train_rows + dm.n_val_rows == both.n_rows
+    assert len(_rows(dm.train_dataloader())) == dm.n_train_rows
+    foreign = make_store(tmp_path / "foreign.zarr", items=2, shards=1, fingerprint="m2")
+    with pytest.raises(StoreError, match="differ in model_fingerprint") as e:
+        StoreReader([store, foreign], 8)
+    assert "\n" not in str(e.value)
+
+
 # -------------------------------------------------------------------------------------------------- training
 def test_train_reaches_auc_saves_and_resumes(store, tmp_path, monkeypatch):
     from conftest import REPO

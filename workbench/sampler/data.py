@@ -80,7 +80,8 @@ class StoreRowStream(IterableDataset):
                  feature_dim: int, shuffle: bool, seed: int = 0, block_rows: int = 1024, buffer_blocks: int = 8,
                  rank: int = 0, world_size: int = 1, equalize: bool = False):
         super().__init__()
-        self.path, self.block_length, self.keep_traj = str(path), int(block_length), keep_traj
+        self.path = [str(x) for x in path] if isinstance(path, (list, tuple)) else str(path)
+        self.block_length, self.keep_traj = int(block_length), keep_traj
         self.block_counts = block_counts  # (n_blocks,) rows of the split in each row block
         self.batch_size, self.feature_dim, self.shuffle, self.seed = int(batch_size), feature_dim, shuffle, seed
         self.block_rows, self.buffer_rows = int(block_rows), int(block_rows) * max(1, int(buffer_blocks))
@@ -196,7 +197,8 @@ class SamplerDataModule(pl.LightningDataModule):
     """Train / validation streams over block length ``block_length`` of the store at ``store``.
 
     Args:
-        store: store path; block_length: B.
+        store: store path, or a list of stores of one model read as one dataset (:class:`StoreReader`; e.g.
+            the serial and hybrid policies' stores, NLD App. A); block_length: B.
         batch_size: block states (rows) per batch; feature_dim: F (must match the store's feature_spec).
         val_fraction: share of prompts (or trajectories) held out, in (0, 1); split_by: 'prompt' or 'traj'.
         num_workers: DataLoader workers (each opens its own reader); seed: shuffle seed.
@@ -217,12 +219,14 @@ class SamplerDataModule(pl.LightningDataModule):
             raise ValueError(f"unknown split_by {split_by!r}; valid: {', '.join(SPLIT_BY)}")
         if batch_size <= 0 or block_rows <= 0 or num_workers < 0:
             raise ValueError("batch_size and block_rows must be positive, num_workers >= 0")
-        self.store, self.block_length, self.batch_size = str(store), int(block_length), int(batch_size)
+        self.store = [str(x) for x in store] if isinstance(store, (list, tuple)) else str(store)
+        self.block_length, self.batch_size = int(block_length), int(batch_size)
         self.per_device_batch = self.batch_size     # rows per forward on one device (train sampler sets it)
         self.feature_dim, self.num_workers, self.seed = feature_dim, num_workers, seed
         self.block_rows, self.buffer_blocks = block_rows, buffer_blocks
         reader = StoreReader(store, block_length)
         self.store_attrs = reader.attrs
+        store = self.store if isinstance(self.store, str) else " + ".join(self.store)     # for messages
         check_store_matches(reader.attrs, model_fingerprint, feature_dim, name=f"store {store}")
         if reader.token_pca is None:
             raise StoreError(f"store {store} has no token_pca array: collect it with `workbench collect`")

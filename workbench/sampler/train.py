@@ -14,7 +14,7 @@ import json
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -37,6 +37,10 @@ class SamplerTrainConfig(DeviceConfig):
 
     store: str = "trajectories/tiny-serial.zarr"
     """Trajectory store (``workbench collect``)."""
+    extra_stores: list[str] = field(default_factory=list)
+    """More stores of the same model, read with --store as one dataset: e.g. the hybrid policy's beside the serial
+    one, NLD App. A's two trajectory policies (held-out prompts are chosen by prompt id, so a prompt collected under
+    both policies is held out in both)."""
     block_length: int = 32
     """Block length B of the store group to train on."""
     out_dir: str = "runs/sampler"
@@ -126,7 +130,8 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
     """
     cfg.validate()
     fingerprint = _model_fingerprint(cfg.model) if cfg.model else None
-    data = SamplerDataModule(cfg.store, cfg.block_length, cfg.batch_size, cfg.feature_dim, cfg.val_fraction,
+    stores = [cfg.store, *cfg.extra_stores] if cfg.extra_stores else cfg.store
+    data = SamplerDataModule(stores, cfg.block_length, cfg.batch_size, cfg.feature_dim, cfg.val_fraction,
                              cfg.split_by, cfg.num_workers, cfg.seed, cfg.block_rows, cfg.buffer_blocks, fingerprint)
     ckpt_dir = Path(cfg.out_dir) / "checkpoints"
     best = ModelCheckpoint(dirpath=ckpt_dir, filename="best-{epoch}-{step}", monitor="val/auc", mode="max",
@@ -169,7 +174,7 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
     meta = {"feature_spec": data.store_attrs.get("feature_spec"),
             "model_fingerprint": data.store_attrs.get("model_fingerprint"),
             "tokenizer_hash": data.store_attrs.get("tokenizer_hash"), "store": cfg.store,
-            "store_policy": data.store_attrs.get("policy"), "block_length": cfg.block_length,
+            "extra_stores": list(cfg.extra_stores), "store_policy": data.store_attrs.get("policy"), "block_length": cfg.block_length,
             "best_val_auc": best_auc, "best_checkpoint": best.best_model_path or None,
             "global_step": trainer.global_step, "n_parameters": count_parameters(net), "train_config": asdict(cfg)}
     sampler_dir = save_sampler(net.eval(), scfg, out / "sampler", meta)

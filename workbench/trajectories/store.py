@@ -521,35 +521,72 @@ def committed_items(path, B: int) -> dict[str, set[int]]:
     return out
 
 
+#: Root attrs that every store read together by one :class:`StoreReader` must share: the rows of all of them are
+#: states of one model, with one feature spec and one category list (trajectories index it).
+SAME_MODEL_ATTRS = ("model_fingerprint", "tokenizer_hash", "feature_spec", "vocab_size", "mask_token_id", "categories")
+
+
 class StoreReader:
     """All shards of one block length presented as one dataset (global row and trajectory indices).
+
+    ``path`` is one store or a list of stores of the same model (:data:`SAME_MODEL_ATTRS` and ``token_pca``
+    equal), e.g. NLD App. A's two trajectory policies, serial and hybrid, collected on the same prompts: their
+    shards are read one after the other, store by store. ``attrs`` are the first store's root attrs; with several
+    stores ``attrs["policy"]`` joins their policies with ``+`` and ``attrs["stores"]`` lists them.
 
     Only the committed part of each shard is visible (rows ``[0, item_rows)``, trajectories
     ``[0, item_trajs)`` of the commit record), so a store can be read while it is being written.
     Attributes: ``n_rows``, ``n_traj``, ``block_length``, ``attrs`` (root attrs), ``token_pca`` ((V, 44)
-    float16 or None). Global ids follow shard order (``shard-000`` first).
+    float16 or None). Global ids follow store order, then shard order (``shard-000`` first).
+
+    Raises :class:`StoreError` (one line) for a missing or damaged store, a missing block length, or stores of
+    different models, feature specs, categories or token PCA tables.
     """
 
     def __init__(self, path, block_length: int):
-        self.path, self.block_length = Path(path), int(block_length)
-        root = open_store(path)
-        self.attrs = dict(root.attrs)
-        self.token_pca = root["token_pca"][:] if "token_pca" in root else None
+        paths = [Path(p) for p in path] if isinstance(path, (list, tuple)) else [Path(path)]
+        if not paths:
+            raise StoreError("no trajectory store given: pass at least one store path")
+        self.path, self.paths, self.block_length = paths[0], paths, int(block_length)
         self._rows, self._trajs, self._fast, self.shard_names = [], [], [], []
-        n_rows, n_trajs = [], []
-        for name, g, c in _shards(root, self.block_length, path):
-            if c is None:
-                continue
-            check_committed_files(self.path, f"B{self.block_length}/{name}", g, c, self.block_length)
-            self.shard_names.append(name)
-            self._rows.append({k: g["rows"][k] for k in row_array_specs(self.block_length)})
-            self._trajs.append({k: g["trajectories"][k] for k in traj_array_specs(self.block_length)})
-            self._fast.append({k: fast_reader(a, c["item_rows"]) for k, a in self._rows[-1].items()})
-            n_rows.append(c["item_rows"])
-            n_trajs.append(c["item_trajs"])
+        n_rows, n_trajs, policies = [], [], []
+        for i, p in enumerate(paths):
+            root = open_store(p)
+            attrs = dict(root.attrs)
+            policies.append(str(attrs.get("policy")))
+            pca = root["token_pca"][:] if "token_pca" in root else None
+            if i == 0:
+                self.attrs, self.token_pca = attrs, pca
+            else:
+                self._check_same_model(p, attrs, pca)
+            for name, g, c in _shards(root, self.block_length, p):
+                if c is None:
+                    continue
+                check_committed_files(p, f"B{self.block_length}/{name}", g, c, self.block_length)
+                self.shard_names.append(name)
+                self._rows.append({k: g["rows"][k] for k in row_array_specs(self.block_length)})
+                self._trajs.append({k: g["trajectories"][k] for k in traj_array_specs(self.block_length)})
+                self._fast.append({k: fast_reader(a, c["item_rows"]) for k, a in self._rows[-1].items()})
+                n_rows.append(c["item_rows"])
+                n_trajs.append(c["item_trajs"])
+        if len(paths) > 1:
+            self.attrs = {**self.attrs, "policy": "+".join(policies), "stores": [str(p) for p in paths]}
         self._row_off = np.concatenate([[0], np.cumsum(n_rows, dtype=np.int64)])
         self._traj_off = np.concatenate([[0], np.cumsum(n_trajs, dtype=np.int64)])
         self.n_rows, self.n_traj = int(self._row_off[-1]), int(self._traj_off[-1])
+
+    def _check_same_model(self, p: Path, attrs: dict, pca: np.ndarray | None) -> None:
+        for key in SAME_MODEL_ATTRS:
+            if attrs.get(key) != self.attrs.get(key):
+                raise StoreError(f"stores {self.path} and {p} differ in {key} ({self.attrs.get(key)!r} != "
+                                 f"{attrs.get(key)!r}): read together only stores of one model, feature spec and "
+                                 "prompt categories")
+        same = (pca is None) == (self.token_pca is None) and (pca is None or (
+            pca.shape == self.token_pca.shape and np.allclose(pca.astype(np.float32),
+                                                              self.token_pca.astype(np.float32), rtol=1e-2, atol=1e-2)))
+        if not same:
+            raise StoreError(f"stores {self.path} and {p} have different token_pca tables: read together only stores "
+                             "collected with the same feature settings")
 
     def read_rows(self, idx: np.ndarray) -> dict[str, np.ndarray]:
         """Rows at global indices ``idx`` (int, any order, repeats allowed) -> ``{name: (len(idx), *trailing)}``
