@@ -103,8 +103,6 @@ def test_prompt_chains_follow_contexts_and_the_model_context():
              spec(1, 2, [8, 9, 1, 1], [2, 2]),                                       # a slid window: no chain
              spec(2, 0, [5], [6, 6]), spec(3, 1, [5, 6, 6], [1, 2])]                 # another prompt: no chain
     assert prompt_chains(specs) == [[0, 1], [2, 3], [4], [5], [6]]
-    # a chain stops where its first context and its blocks would pass the model's context (2 + 2 · 2 = 6 > 5)
-    assert prompt_chains(specs, max_len=5) == [[0], [1], [2, 3], [4], [5], [6]]
 
 
 def test_shared_prefix_collection_equals_per_block_prefill(small_corpus):
@@ -121,7 +119,7 @@ def test_shared_prefix_collection_equals_per_block_prefill(small_corpus):
     prompts = make_prompts(by_split(load_corpus(str(small_corpus)), "train"), 4, 40, 3 * b)
     specs = build_specs(prompts, sorted({p.category for p in prompts}), b, 3, 40)[2:11]
     assert sorted(len(c) for c in prompt_chains(specs)) == [1, 2, 3, 3]
-    for policy in ("serial", "confidence"):
+    for policy in ("serial", "confidence", "hybrid"):
         shared, s_trajs = collect_item(model, specs, policy, 0.5, tok.pad_token_id, "fp32")
         alone, a_trajs = collect_item(model, specs, policy, 0.5, tok.pad_token_id, "fp32", share_prefix=False)
         for k in ("traj", "step", "top_ids", "masked", "label"):

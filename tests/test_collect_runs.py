@@ -264,3 +264,37 @@ def test_resume_and_extend_refuse_a_changed_corpus(tmp_path, micro_checkpoint, s
     (old / "zarr.json").write_text(json.dumps(meta))
     collect.run_collect(collect.CollectConfig(out=str(old), n_prompts=10, **kw))
     assert zarr.open_group(old, mode="r").attrs["prompt_digest"] == now != digest
+
+
+def test_a_store_of_the_per_block_context_layout_is_not_resumed_or_extended(tmp_path, micro_checkpoint,
+                                                                             small_corpus):
+    """A store collected before the shared prefill (no ``context_layout``: every block saw its own last
+    ``context_len`` tokens) is refused on resume and on --extend, naming the setting, and nothing is written; a
+    context the model cannot hold is refused before the store is created."""
+    import pytest
+    import zarr
+
+    from workbench.decoding.base import DecodeError
+    from workbench.trajectories import collect
+    from workbench.trajectories.store import StoreError
+
+    kw = dict(model=str(micro_checkpoint), corpus=str(small_corpus), blocks_per_prompt=2, block_lengths=[4],
+              batch_size=4, context_len=48, precision="fp32", accelerator="cpu", progress_bar=False)
+    out = tmp_path / "s.zarr"
+    collect.run_collect(collect.CollectConfig(out=str(out), n_prompts=9, **kw))         # every category
+    assert zarr.open_group(out, mode="r").attrs["context_layout"] == collect.CONTEXT_LAYOUT
+    root = zarr.open_group(out, mode="r+")
+    attrs = dict(root.attrs)
+    del attrs["context_layout"]
+    root.attrs.clear()
+    root.update_attributes(attrs)
+    files = lambda: {f: f.read_bytes() for f in sorted(out.rglob("*")) if f.is_file()}  # noqa: E731
+    before = files()
+    for extra in ({}, {"n_prompts": 12, "extend": True}):
+        with pytest.raises(StoreError, match="context_layout: None != 'prompt_window\\+real_blocks'"):
+            collect.run_collect(collect.CollectConfig(out=str(out), **{"n_prompts": 9, **kw, **extra}))
+    assert files() == before
+    with pytest.raises(DecodeError, match=r"= 1072 positions exceeds the model context \(1024\)"):
+        collect.run_collect(collect.CollectConfig(out=str(tmp_path / "long.zarr"), n_prompts=4,
+                                                  **{**kw, "context_len": 1000, "blocks_per_prompt": 18}))
+    assert not (tmp_path / "long.zarr").exists()

@@ -173,12 +173,14 @@ def test_store_mismatch_errors(store):
         SamplerDataModule(store.parent / "nope", 8)
 
 
-def test_two_stores_read_as_one_dataset(store, tmp_path):
+def test_two_stores_read_as_one_dataset(tmp_path):
     """A second store of the same model (NLD App. A's second trajectory policy) follows the first: rows and
-    trajectories keep their content with ids shifted by the first store's counts; a prompt id in both stores is
-    held out in both (split by prompt); a store of another model is refused in one line."""
+    trajectories keep their content with ids shifted by the first store's counts; the data workers read the
+    snapshot the held-out split was made on while a store grows; stores given twice, of other prompt plans (split by
+    prompt) or of another model are refused in one line."""
     import zarr
 
+    store = make_store(tmp_path / "serial.zarr", items=8, shards=2)
     other = make_store(tmp_path / "hybrid.zarr", items=6, shards=1)
     zarr.open_group(other, mode="r+").update_attributes({"policy": "hybrid"})
     a, b, both = StoreReader(store, 8), StoreReader(other, 8), StoreReader([store, other], 8)
@@ -190,15 +192,24 @@ def test_two_stores_read_as_one_dataset(store, tmp_path):
         assert np.array_equal(tail[k], v + (a.n_traj if k == "traj" else 0)), k
     df, df_b = both.trajectories(), b.trajectories()
     assert np.array_equal(df["row_start"].to_numpy()[a.n_traj:], df_b["row_start"].to_numpy() + a.n_rows)
+    assert df["store"].tolist() == [0] * a.n_traj + [1] * b.n_traj
     assert np.array_equal(both.final_ids()[a.n_traj:], b.final_ids())
     dm = SamplerDataModule([store, other], 8, batch_size=16, val_fraction=0.3, block_rows=64)
-    pid = df["prompt_id"].to_numpy()
-    shared = set(pid[:a.n_traj]) & set(pid[a.n_traj:])        # the second store's prompts are also in the first
-    assert len(shared) == b.n_traj and dm.val_traj.any()
-    for p in shared:
-        assert len(set(dm.val_traj[pid == p])) == 1
-    assert dm.n_train_rows + dm.n_val_rows == both.n_rows
-    assert len(_rows(dm.train_dataloader())) == dm.n_train_rows
+    assert dm.val_traj[a.n_traj:].any() and dm.n_train_rows + dm.n_val_rows == both.n_rows
+    # the data workers read the snapshot the split was made on, though the first store grows meanwhile
+    with ShardWriter(store, 8, rank=0, rows_per_chunk=64, traj_per_chunk=16) as w:
+        w.append(99, *synth_item(99, 8))
+    assert StoreReader([store, other], 8).n_traj > both.n_traj
+    train = _rows(dm.train_dataloader())
+    held_out = dm.val_traj[both.read_rows(np.arange(both.n_rows))["traj"]]
+    assert np.array_equal(np.sort(train), np.flatnonzero(~held_out))
+    with pytest.raises(StoreError, match="given twice"):
+        StoreReader([store, store], 8)
+    plan = make_store(tmp_path / "plan.zarr", items=2, shards=1)
+    zarr.open_group(plan, mode="r+").update_attributes({"context_len": 64})
+    with pytest.raises(StoreError, match=r"different prompt plans \(context_len"):
+        SamplerDataModule([store, plan], 8, batch_size=16, val_fraction=0.3)
+    SamplerDataModule([store, plan], 8, batch_size=16, val_fraction=0.3, split_by="traj")
     foreign = make_store(tmp_path / "foreign.zarr", items=2, shards=1, fingerprint="m2")
     with pytest.raises(StoreError, match="differ in model_fingerprint") as e:
         StoreReader([store, foreign], 8)

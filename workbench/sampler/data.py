@@ -25,9 +25,25 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from ..trajectories.features import block_features, feature_spec
-from ..trajectories.store import StoreError, StoreReader
+from ..trajectories.store import StoreError, StoreReader, open_store
 
 SPLIT_BY = ("prompt", "traj")
+#: Store attrs that, with the corpus text, fix which prompt a prompt id names (``workbench collect``'s plan is
+#: prefix-stable in ``n_prompts`` and ``prompts_per_file``, so those may differ): stores read together and split by
+#: prompt must agree on them, or one id would name different prompts and leak held-out text into training.
+PROMPT_PLAN_ATTRS = ("tokenizer_hash", "corpus", "corpus_split", "seed", "context_len", "blocks_per_prompt",
+                     "block_lengths")
+
+
+def check_same_prompt_plan(paths, attrs: list[dict]) -> None:
+    """Stores ``paths`` (root ``attrs`` each) must share :data:`PROMPT_PLAN_ATTRS` to be split by prompt id.
+    Raises :class:`StoreError` (one line) naming the first difference."""
+    for p, a in zip(paths[1:], attrs[1:]):
+        for key in PROMPT_PLAN_ATTRS:
+            if a.get(key) != attrs[0].get(key):
+                raise StoreError(f"stores {paths[0]} and {p} were collected on different prompt plans ({key}: "
+                                 f"{attrs[0].get(key)!r} != {a.get(key)!r}), so their prompt ids name different "
+                                 "prompts: train with split_by traj, or collect both with the same plan")
 
 
 def check_store_matches(store_attrs: dict, model_fingerprint: str | None = None, feature_dim: int | None = None,
@@ -78,7 +94,8 @@ class StoreRowStream(IterableDataset):
 
     def __init__(self, path, block_length: int, keep_traj: np.ndarray, block_counts: np.ndarray, batch_size: int,
                  feature_dim: int, shuffle: bool, seed: int = 0, block_rows: int = 1024, buffer_blocks: int = 8,
-                 rank: int = 0, world_size: int = 1, equalize: bool = False):
+                 rank: int = 0, world_size: int = 1, equalize: bool = False,
+                 limits: dict[tuple[int, str], tuple[int, int]] | None = None):
         super().__init__()
         self.path = [str(x) for x in path] if isinstance(path, (list, tuple)) else str(path)
         self.block_length, self.keep_traj = int(block_length), keep_traj
@@ -86,6 +103,7 @@ class StoreRowStream(IterableDataset):
         self.batch_size, self.feature_dim, self.shuffle, self.seed = int(batch_size), feature_dim, shuffle, seed
         self.block_rows, self.buffer_rows = int(block_rows), int(block_rows) * max(1, int(buffer_blocks))
         self.rank, self.world_size, self.equalize = rank, world_size, equalize
+        self.limits = limits  # the rows the split was computed on (StoreReader.limits), None: all committed rows
         self.epoch = 0
 
     def block_order(self) -> np.ndarray:
@@ -110,7 +128,7 @@ class StoreRowStream(IterableDataset):
         g, G = self.rank * nw + wid, self.world_size * nw
         cap = self.batch_caps(nw)[wid]
         mine = self.block_order()[g::G]
-        reader = StoreReader(self.path, self.block_length)
+        reader = StoreReader(self.path, self.block_length, self.limits)
         k = feature_spec(self.feature_dim)["pca_dim"]
         pca = torch.from_numpy(np.ascontiguousarray(reader.token_pca[:, :k], dtype=np.float32))
         rng = np.random.default_rng([self.seed, self.epoch, g, 1])
@@ -226,8 +244,11 @@ class SamplerDataModule(pl.LightningDataModule):
         self.block_rows, self.buffer_blocks = block_rows, buffer_blocks
         reader = StoreReader(store, block_length)
         self.store_attrs = reader.attrs
+        self._limits = reader.limits        # every worker reads this snapshot, however far a collection has gone since
         store = self.store if isinstance(self.store, str) else " + ".join(self.store)     # for messages
         check_store_matches(reader.attrs, model_fingerprint, feature_dim, name=f"store {store}")
+        if len(reader.paths) > 1 and split_by == "prompt":
+            check_same_prompt_plan(reader.paths, [dict(open_store(p).attrs) for p in reader.paths])
         if reader.token_pca is None:
             raise StoreError(f"store {store} has no token_pca array: collect it with `workbench collect`")
         if reader.n_rows == 0:
@@ -252,7 +273,8 @@ class SamplerDataModule(pl.LightningDataModule):
         return StoreRowStream(self.store, self.block_length, keep, self._counts[split],
                               batch_size or self.per_device_batch,
                               self.feature_dim, shuffle=split == "train", seed=self.seed, block_rows=self.block_rows,
-                              buffer_blocks=self.buffer_blocks, rank=rank, world_size=world, equalize=split == "train")
+                              buffer_blocks=self.buffer_blocks, rank=rank, world_size=world, equalize=split == "train",
+                              limits=self._limits)
 
     def _epoch(self):
         return self.trainer.current_epoch if self.trainer is not None else None

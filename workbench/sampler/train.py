@@ -174,7 +174,8 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
     meta = {"feature_spec": data.store_attrs.get("feature_spec"),
             "model_fingerprint": data.store_attrs.get("model_fingerprint"),
             "tokenizer_hash": data.store_attrs.get("tokenizer_hash"), "store": cfg.store,
-            "extra_stores": list(cfg.extra_stores), "store_policy": data.store_attrs.get("policy"), "block_length": cfg.block_length,
+            "extra_stores": list(cfg.extra_stores), "store_policy": data.store_attrs.get("policy"),
+            "block_length": cfg.block_length,
             "best_val_auc": best_auc, "best_checkpoint": best.best_model_path or None,
             "global_step": trainer.global_step, "n_parameters": count_parameters(net), "train_config": asdict(cfg)}
     sampler_dir = save_sampler(net.eval(), scfg, out / "sampler", meta)

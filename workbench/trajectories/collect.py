@@ -224,24 +224,33 @@ def _rule(policy: str, threshold: float):
     return partial(confidence_rule, threshold=threshold), False
 
 
-def prompt_chains(specs: list[TrajectorySpec], max_len: int | None = None) -> list[list[int]]:
+def prompt_chains(specs: list[TrajectorySpec]) -> list[list[int]]:
     """Group ``specs`` (indices, in order) into chains of consecutive blocks of one prompt whose contexts chain:
     spec ``i + 1`` follows spec ``i`` when it has the same prompt, the next block index and
-    ``context[i + 1] == context[i] + truth[i]``. A chain is cut where its first context plus its blocks would
-    pass ``max_len`` tokens (the model's context). Every spec is in exactly one chain; specs built by
-    :func:`build_specs` give one chain per prompt of an item."""
+    ``context[i + 1] == context[i] + truth[i]``. Every spec is in exactly one chain; specs built by
+    :func:`build_specs` give one chain per prompt of an item (a work item may start or end inside a prompt)."""
     chains: list[list[int]] = []
     for i, s in enumerate(specs):
         if chains:
-            chain = chains[-1]
-            prev, head = specs[chain[-1]], specs[chain[0]]
-            fits = max_len is None or len(head.context) + (len(chain) + 1) * len(s.truth) <= max_len
-            if (fits and s.prompt_id == prev.prompt_id and s.block_index == prev.block_index + 1
+            prev = specs[chains[-1][-1]]
+            if (s.prompt_id == prev.prompt_id and s.block_index == prev.block_index + 1
                     and len(s.truth) == len(prev.truth) and s.context == prev.context + prev.truth):
-                chain.append(i)
+                chains[-1].append(i)
                 continue
         chains.append([i])
     return chains
+
+
+def check_context_fits(cfg: "CollectConfig", model) -> None:
+    """The last block of a prompt sees ``context_len + (blocks_per_prompt - 1) · B`` tokens before it
+    (:func:`build_specs`), so ``context_len + blocks_per_prompt · max(B)`` positions must fit the model.
+    Raises :class:`~workbench.decoding.base.DecodeError` (one line) before anything is written."""
+    ctx = int(getattr(model.backbone.config, "max_position_embeddings", 1 << 30))
+    need = cfg.context_len + cfg.blocks_per_prompt * max(cfg.block_lengths)
+    if need > ctx:
+        raise DecodeError(f"--context_len {cfg.context_len} + --blocks_per_prompt {cfg.blocks_per_prompt} × block "
+                          f"length {max(cfg.block_lengths)} = {need} positions exceeds the model context ({ctx}); "
+                          "lower one of them")
 
 
 @torch.no_grad()
@@ -262,8 +271,7 @@ def collect_item(model, specs: list[TrajectorySpec], policy: str, threshold: flo
     """
     b = len(specs[0].truth)
     rule, sees_truth = _rule(policy, threshold)
-    ctx = int(getattr(model.backbone.config, "max_position_embeddings", 1 << 30))
-    chains = prompt_chains(specs, ctx) if share_prefix else [[i] for i in range(len(specs))]
+    chains = prompt_chains(specs) if share_prefix else [[i] for i in range(len(specs))]
     final = np.zeros((len(specs), b), dtype=np.int32)                               # (T, B)
     steps: list[dict] = []
     for n_blocks in sorted({len(c) for c in chains}):
@@ -462,6 +470,7 @@ def run_collect(cfg: CollectConfig) -> dict:
     check_run_dir(Path(cfg.out).parent if not Path(cfg.out).exists() else cfg.out)   # a read-only file system
     pl.seed_everything(cfg.seed, verbose=False)
     model, tok, _ = load_model(cfg.model, "cpu", cfg.add_mask_token)
+    check_context_fits(cfg, model)
     cast_for_precision(model, cfg.precision)
     docs = load_corpus(cfg.prompts) if cfg.prompts else by_split(load_corpus(cfg.corpus), cfg.split)
     b_max = max(cfg.block_lengths)

@@ -543,12 +543,14 @@ class StoreReader:
     different models, feature specs, categories or token PCA tables.
     """
 
-    def __init__(self, path, block_length: int):
+    def __init__(self, path, block_length: int, limits: dict[tuple[int, str], tuple[int, int]] | None = None):
         paths = [Path(p) for p in path] if isinstance(path, (list, tuple)) else [Path(path)]
         if not paths:
             raise StoreError("no trajectory store given: pass at least one store path")
+        if len({p.resolve() for p in paths}) < len(paths):
+            raise StoreError(f"a store is given twice in {[str(p) for p in paths]}: its rows would be read twice")
         self.path, self.paths, self.block_length = paths[0], paths, int(block_length)
-        self._rows, self._trajs, self._fast, self.shard_names = [], [], [], []
+        self._rows, self._trajs, self._fast, self.shard_names, self._store_of = [], [], [], [], []
         n_rows, n_trajs, policies = [], [], []
         for i, p in enumerate(paths):
             root = open_store(p)
@@ -560,20 +562,40 @@ class StoreReader:
             else:
                 self._check_same_model(p, attrs, pca)
             for name, g, c in _shards(root, self.block_length, p):
-                if c is None:
+                if c is None or (limits is not None and (i, name) not in limits):
                     continue
                 check_committed_files(p, f"B{self.block_length}/{name}", g, c, self.block_length)
+                rows, trajs = c["item_rows"], c["item_trajs"]
+                if limits is not None:
+                    rows, trajs = limits[(i, name)]
+                    if rows > c["item_rows"] or trajs > c["item_trajs"]:
+                        raise StoreError(f"store {p} B{self.block_length}/{name} holds fewer committed rows than when "
+                                         "it was first opened: it was replaced or rolled back meanwhile; restart")
                 self.shard_names.append(name)
+                self._store_of.append(i)
                 self._rows.append({k: g["rows"][k] for k in row_array_specs(self.block_length)})
                 self._trajs.append({k: g["trajectories"][k] for k in traj_array_specs(self.block_length)})
-                self._fast.append({k: fast_reader(a, c["item_rows"]) for k, a in self._rows[-1].items()})
-                n_rows.append(c["item_rows"])
-                n_trajs.append(c["item_trajs"])
+                self._fast.append({k: fast_reader(a, rows) for k, a in self._rows[-1].items()})
+                n_rows.append(rows)
+                n_trajs.append(trajs)
         if len(paths) > 1:
             self.attrs = {**self.attrs, "policy": "+".join(policies), "stores": [str(p) for p in paths]}
         self._row_off = np.concatenate([[0], np.cumsum(n_rows, dtype=np.int64)])
         self._traj_off = np.concatenate([[0], np.cumsum(n_trajs, dtype=np.int64)])
         self.n_rows, self.n_traj = int(self._row_off[-1]), int(self._traj_off[-1])
+
+    @property
+    def limits(self) -> dict[tuple[int, str], tuple[int, int]]:
+        """The committed ``(rows, trajectories)`` of every shard read, keyed by ``(store index, shard name)``: pass
+        them to another reader (``StoreReader(path, B, limits=...)``) to read exactly this snapshot while the
+        stores keep growing (the sampler's data workers re-open the stores every epoch)."""
+        return {(i, n): (int(self._row_off[s + 1] - self._row_off[s]), int(self._traj_off[s + 1] - self._traj_off[s]))
+                for s, (i, n) in enumerate(zip(self._store_of, self.shard_names))}
+
+    def _shard_label(self, s: int) -> str:
+        """Shard ``s`` named for messages: ``shard-000``, or ``<store>/shard-000`` when several stores are read."""
+        name = self.shard_names[s]
+        return f"{self.paths[self._store_of[s]]}/{name}" if len(self.paths) > 1 else name
 
     def _check_same_model(self, p: Path, attrs: dict, pca: np.ndarray | None) -> None:
         for key in SAME_MODEL_ATTRS:
@@ -612,7 +634,7 @@ class StoreReader:
             return arr.oindex[uniq][inv]
         except Exception as e:  # noqa: BLE001
             _settle_zarr_tasks()
-            raise StoreError(f"corrupt data in {self.shard_names[s]}/rows/{name} ({_one_line(e)}): "
+            raise StoreError(f"corrupt data in {self._shard_label(s)}/rows/{name} ({_one_line(e)}): "
                              "run `workbench store verify` on the store") from None
 
     def _traj(self, s: int, name: str) -> np.ndarray:
@@ -623,7 +645,7 @@ class StoreReader:
             return self._trajs[s][name][:n]
         except Exception as e:  # noqa: BLE001 - any codec / store error is a corrupt chunk
             _settle_zarr_tasks()
-            raise StoreError(f"corrupt data in {self.shard_names[s]}/trajectories/{name} ({_one_line(e)}): "
+            raise StoreError(f"corrupt data in {self._shard_label(s)}/trajectories/{name} ({_one_line(e)}): "
                              "run `workbench store verify` on the store") from None
 
     def read_row_range(self, start: int, stop: int) -> dict[str, np.ndarray]:
@@ -642,7 +664,7 @@ class StoreReader:
 
     def trajectories(self) -> pd.DataFrame:
         """One row per trajectory, index = global trajectory id: prompt_id, category (name), block_index,
-        row_start, row_end (global rows), shard (writer rank)."""
+        row_start, row_end (global rows), shard (writer rank), store (index into ``paths``)."""
         cats = self.attrs.get("categories")
         frames = []
         for s in range(len(self._trajs)):
@@ -654,8 +676,9 @@ class StoreReader:
                 "row_start": self._traj(s, "row_start") + self._row_off[s],
                 "row_end": self._traj(s, "row_end") + self._row_off[s],
                 "shard": int(self.shard_names[s].split("-")[1]),
+                "store": self._store_of[s],
             }))
-        cols = ["prompt_id", "category", "block_index", "row_start", "row_end", "shard"]
+        cols = ["prompt_id", "category", "block_index", "row_start", "row_end", "shard", "store"]
         df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
         df.index.name = "traj"
         return df
