@@ -64,7 +64,7 @@ def first_leg(shipped: Path, run: Path, config: str, device: str) -> dict:
     return meta
 
 
-def append_leg(shipped: Path, run: Path, config: str) -> dict:
+def append_leg(shipped: Path, run: Path, config: str, device: str | None = None) -> dict:
     """Write ``shipped`` + the leg in ``run``; returns the new ``workbench.json``.
 
     Raises ``FileNotFoundError`` when ``run/model`` or a shipped record is missing, ``ValueError`` when the
@@ -89,7 +89,8 @@ def append_leg(shipped: Path, run: Path, config: str) -> dict:
                                 "train_config": old.get("train_config")}]
     n = len(legs) + 1
     log_name = "training_log.csv" if not adapter else f"training_log_leg{n}.csv"
-    legs = legs + [leg_record(n, config, leg, log_name, run)]
+    record = leg_record(n, config, leg, log_name, run)
+    legs = legs + [{**record, "device": device} if device else record]
     new = {**old, "final_metrics": leg["final_metrics"], "global_step": old["global_step"] + leg["global_step"],
            "legs": legs}
 
@@ -122,10 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", type=Path, required=True, help="finished continuation run (has model/)")
     ap.add_argument("--config", required=True, help="the leg's config, as recorded (e.g. configs/tiny_leg3.yaml)")
     ap.add_argument("--first", action="store_true", help="ship the run as leg 1 of a new folder --shipped")
-    ap.add_argument("--device", default="2-core CPU", help="with --first: where the leg ran, as recorded")
+    ap.add_argument("--device", default=None, help="where the leg ran, as recorded (with --first: default '2-core CPU')")
     a = ap.parse_args(argv)
     try:
-        new = first_leg(a.shipped, a.run, a.config, a.device) if a.first else append_leg(a.shipped, a.run, a.config)
+        new = (first_leg(a.shipped, a.run, a.config, a.device or "2-core CPU") if a.first
+               else append_leg(a.shipped, a.run, a.config, a.device))
     except (FileNotFoundError, FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

