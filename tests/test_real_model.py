@@ -110,7 +110,9 @@ def test_commands_run_on_the_real_model(tmp_path):
                   "--draft_lengths", "[4]", "--block_length", "8", "--out_dir", str(tmp_path / "spec"),
                   "--progress_bar", "false"],
                  ["train", "sampler", "--store", str(store), "--block_length", "8", "--preset", "micro",
-                  "--max_epochs", "1", "--out_dir", str(tmp_path / "sampler"), "--progress_bar", "false"],
+                  # 8 prompts: at val_fraction 0.1 the held-out split may hold none of them
+                  "--max_epochs", "1", "--val_fraction", "0.5", "--out_dir", str(tmp_path / "sampler"),
+                  "--progress_bar", "false"],
                  ["train", "lm", "--config", "workbench/configs/smollm2_trimode.yaml", "--seq_len", "64",
                   "--batch_size", "2", "--max_steps", "2", "--val_every", "2", "--val_windows", "2", "--val_prompts", "0",
                   "--precision", "32-true", "--out_dir", str(tmp_path / "lm"), "--progress_bar", "false"],
