@@ -31,16 +31,16 @@ def test_missing_model_path(tmp_path, demo_args):
     assert not out.exists() and not (tmp_path / "run.partial").exists()
 
 
-def test_non_hf_model_path(tmp_path, demo_args):
+def test_non_hf_model_path(cli, tmp_path, demo_args):
     (tmp_path / "notamodel").mkdir()
     (tmp_path / "notamodel" / "weights.bin").write_bytes(b"\0" * 10)
     out = tmp_path / "run"
-    p = run_cli("demo", "--model", str(tmp_path / "notamodel"), "--out_dir", str(out), *demo_args)
+    p = cli("demo", "--model", str(tmp_path / "notamodel"), "--out_dir", str(out), *demo_args)
     _assert_one_line_error(p, "not a Hugging Face checkpoint")
     assert not out.exists()
 
 
-def test_tokenizer_without_mask_token_offers_to_add(tmp_path, demo_args, tokenizer):
+def test_tokenizer_without_mask_token_offers_to_add(cli, tmp_path, demo_args, tokenizer):
     ck = tmp_path / "nomask"
     LlamaForCausalLM(preset_config("micro")).save_pretrained(ck)
     tok = PreTrainedTokenizerFast(tokenizer_object=tokenizer.backend_tokenizer, eos_token="[EOS]", pad_token="[EOS]")
@@ -48,9 +48,9 @@ def test_tokenizer_without_mask_token_offers_to_add(tmp_path, demo_args, tokeniz
     cfg = json.loads((ck / "tokenizer_config.json").read_text())
     assert cfg.get("mask_token") is None
     out = tmp_path / "run"
-    p = run_cli("decode", "--model", str(ck), "--gen_len", "8", "--block_length", "4")
+    p = cli("decode", "--model", str(ck), "--gen_len", "8", "--block_length", "4")
     _assert_one_line_error(p, "no mask token", "--add_mask_token true")
-    p = run_cli("decode", "--model", str(ck), "--gen_len", "8", "--block_length", "4", "--add_mask_token", "true")
+    p = cli("decode", "--model", str(ck), "--gen_len", "8", "--block_length", "4", "--add_mask_token", "true")
     assert p.returncode == 0, p.stderr
     assert not out.exists()
 
@@ -62,33 +62,33 @@ def test_tokenizer_without_mask_token_offers_to_add(tmp_path, demo_args, tokeniz
     (["--thresholds", "[0.0]"], "threshold must be in (0, 1]"),
     (["--thresholds", "[1.2]"], "threshold must be in (0, 1]"),
 ])
-def test_bad_block_length_and_threshold(tmp_path, demo_args, args, needle, micro_checkpoint):
+def test_bad_block_length_and_threshold(cli, tmp_path, demo_args, args, needle, micro_checkpoint):
     out = tmp_path / "run"
-    p = run_cli("demo", "--model", str(micro_checkpoint), "--out_dir", str(out), *demo_args, *args)
+    p = cli("demo", "--model", str(micro_checkpoint), "--out_dir", str(out), *demo_args, *args)
     _assert_one_line_error(p, needle)
     assert not out.exists() and not (tmp_path / "run.partial").exists()
 
 
-def test_empty_corpus(tmp_path, demo_args, micro_checkpoint):
+def test_empty_corpus(cli, tmp_path, demo_args, micro_checkpoint):
     empty = tmp_path / "empty"
     empty.mkdir()
     out = tmp_path / "run"
     args = [a if a != demo_args[1] else str(empty) for a in demo_args]
-    p = run_cli("demo", "--model", str(micro_checkpoint), "--out_dir", str(out), *args)
+    p = cli("demo", "--model", str(micro_checkpoint), "--out_dir", str(out), *args)
     _assert_one_line_error(p, "is empty")
     assert not out.exists() and not (tmp_path / "run.partial").exists()
 
 
-def test_unwritable_run_dir(tmp_path, demo_args, micro_checkpoint):
+def test_unwritable_run_dir(cli, tmp_path, demo_args, micro_checkpoint):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    p = run_cli("demo", "--model", str(micro_checkpoint), "--out_dir", str(blocker / "run"), *demo_args)
+    p = cli("demo", "--model", str(micro_checkpoint), "--out_dir", str(blocker / "run"), *demo_args)
     _assert_one_line_error(p, "not writable")
-    p = run_cli("train", "lm", "--config", "workbench/configs/micro.yaml", "--out_dir", str(blocker / "train"))
+    p = cli("train", "lm", "--config", "workbench/configs/micro.yaml", "--out_dir", str(blocker / "train"))
     _assert_one_line_error(p, "not writable")
-    p = run_cli("evaluate", "--model", str(micro_checkpoint), "--out_dir", str(blocker / "eval"))
+    p = cli("evaluate", "--model", str(micro_checkpoint), "--out_dir", str(blocker / "eval"))
     _assert_one_line_error(p, "not writable")
-    p = run_cli("sol", "--model", str(micro_checkpoint), "--out_dir", str(blocker / "sol"))
+    p = cli("sol", "--model", str(micro_checkpoint), "--out_dir", str(blocker / "sol"))
     _assert_one_line_error(p, "not writable")
 
 
@@ -143,8 +143,8 @@ def test_check_run_dir_probes_for_real(tmp_path):
             check_run_dir("/proc/workbench-run")
 
 
-def test_bad_option_value(tmp_path):
-    p = run_cli("demo", "--n_prompts", "abc")
+def test_bad_option_value(cli, tmp_path):
+    p = cli("demo", "--n_prompts", "abc")
     _assert_one_line_error(p, "n_prompts")
     p = run_cli("frobnicate")
     assert p.returncode == 2 and "valid:" in p.stderr
@@ -179,7 +179,7 @@ def test_staged_dir_replaces_only_on_success(tmp_path):
     assert (final / RUN_MARKER).exists()                               # a rerun may replace it
 
 
-def test_staged_dir_never_replaces_a_foreign_directory(tmp_path):
+def test_staged_dir_never_replaces_a_foreign_directory(cli, tmp_path):
     """``--out_dir .`` or a parent of runs must not be deleted: a non-empty directory without the marker
     (or a file) is refused before anything is built; an empty directory is fine."""
     from workbench.utils import RunDirError, staged_dir
@@ -198,7 +198,7 @@ def test_staged_dir_never_replaces_a_foreign_directory(tmp_path):
     with staged_dir(tmp_path / "empty") as run:
         (run / "a.json").write_text("{}")
     assert (tmp_path / "empty" / "a.json").exists()
-    p = run_cli("speculate", "--out_dir", str(tmp_path / "src"))       # the CLI: one line, rc 2
+    p = cli("speculate", "--out_dir", str(tmp_path / "src"))           # the CLI: one line, rc 2
     _assert_one_line_error(p, "not written by a workbench command")
 
 

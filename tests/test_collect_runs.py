@@ -123,10 +123,10 @@ def test_two_rank_ddp_equals_single_process(tmp_path, micro_checkpoint, small_co
     assert _canonical(ddp) == a
 
 
-def test_verify_cli_rejects_other_model(tmp_path, micro_checkpoint, small_corpus):
+def test_verify_cli_rejects_other_model(cli, tmp_path, micro_checkpoint, small_corpus):
     out = tmp_path / "s.zarr"
-    assert run_cli(*_args(micro_checkpoint, small_corpus, out)).returncode == 0
-    ok = run_cli("store", "verify", "--store", str(out), "--model", str(micro_checkpoint))
+    assert cli(*_args(micro_checkpoint, small_corpus, out)).returncode == 0
+    ok = cli("store", "verify", "--store", str(out), "--model", str(micro_checkpoint))
     assert ok.returncode == 0 and '"ok": true' in ok.stdout
     # a different model (re-initialised weights) must be refused in one line
     import torch
@@ -139,9 +139,9 @@ def test_verify_cli_rejects_other_model(tmp_path, micro_checkpoint, small_corpus
     torch.manual_seed(1)
     other = tmp_path / "other"
     save_checkpoint(TriModeLM(LlamaForCausalLM(preset_config("micro")), 256), byte_tokenizer(), other, {})
-    bad = run_cli("store", "verify", "--store", str(out), "--model", str(other))
+    bad = cli("store", "verify", "--store", str(out), "--model", str(other))
     assert bad.returncode == 2 and "collect a new store" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
-    info = run_cli("store", "info", "--store", str(out))
+    info = cli("store", "info", "--store", str(out))
     assert info.returncode == 0 and json.loads(info.stdout)["block_lengths"]["4"]["trajectories"] == 24
 
 
@@ -172,26 +172,25 @@ def _grow_args(ckpt, corpus, out, n_prompts: int, *extra):
             "--context_len", "48", "--precision", "fp32", "--accelerator", "cpu", "--progress_bar", "false", *extra]
 
 
-def test_extend_grows_a_store_into_the_larger_plan(tmp_path, micro_checkpoint, small_corpus):
+def test_extend_grows_a_store_into_the_larger_plan(cli, tmp_path, micro_checkpoint, small_corpus):
     """A store of 10 prompts (every category of the corpus) extended to 16 (`--extend true`) equals the 16-prompt
     store collected at once, array for array; without --extend the larger plan is refused with the hint, and an
-    extension never shrinks a store."""
+    extension never shrinks a store. Every run is in this process, so all of them use the same torch threads."""
     import zarr
 
-    one = {"OMP_NUM_THREADS": "1"}
     ref, grown = tmp_path / "ref.zarr", tmp_path / "grown.zarr"
-    assert run_cli(*_grow_args(micro_checkpoint, small_corpus, ref, 16), env=one).returncode == 0
-    assert run_cli(*_grow_args(micro_checkpoint, small_corpus, grown, 10), env=one).returncode == 0
-    p = run_cli(*_grow_args(micro_checkpoint, small_corpus, grown, 16), env=one)
+    assert cli(*_grow_args(micro_checkpoint, small_corpus, ref, 16)).returncode == 0
+    assert cli(*_grow_args(micro_checkpoint, small_corpus, grown, 10)).returncode == 0
+    p = cli(*_grow_args(micro_checkpoint, small_corpus, grown, 16))
     assert p.returncode == 2 and "n_prompts: 10 != 16" in p.stderr and "--extend true" in p.stderr, p.stderr[-2000:]
     assert zarr.open_group(grown, mode="r").attrs["n_prompts"] == 10
-    p = run_cli(*_grow_args(micro_checkpoint, small_corpus, grown, 16, "--extend", "true"), env=one)
+    p = cli(*_grow_args(micro_checkpoint, small_corpus, grown, 16, "--extend", "true"))
     assert p.returncode == 0, p.stderr[-2000:]
     attrs = zarr.open_group(grown, mode="r").attrs
     assert attrs["n_prompts"] == 16 and attrs["work_items"] == {"4": 8, "8": 8}
     _assert_same_arrays(ref, grown)
     assert verify_store(grown)["block_lengths"][4]["trajectories"] == 32
-    p = run_cli(*_grow_args(micro_checkpoint, small_corpus, grown, 12, "--extend", "true"), env=one)
+    p = cli(*_grow_args(micro_checkpoint, small_corpus, grown, 12, "--extend", "true"))
     assert p.returncode == 2 and "cannot shrink" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 

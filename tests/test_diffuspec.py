@@ -218,14 +218,12 @@ def test_leaderboard_rows_for_diffuspec_and_simsd(tmp_path):
     assert set(simsd["mode"]) == {"real", "free"} and simsd["agree_serial"].notna().all()
 
 
-def test_cli_bad_input_is_one_line(tmp_path):
-    from conftest import run_cli
-
-    r = run_cli("diffuspec", "eval", "--model", "tiny", "--k_min", "9", "--k_max", "3", "--out_dir", str(tmp_path / "a"))
+def test_cli_bad_input_is_one_line(cli, tmp_path):
+    r = cli("diffuspec", "eval", "--model", "tiny", "--k_min", "9", "--k_max", "3", "--out_dir", str(tmp_path / "a"))
     assert r.returncode != 0 and "k_min (9) must not exceed k_max (3)" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    r = run_cli("diffuspec", "eval", "--model", "tiny", "--proxy", str(tmp_path / "none"), "--out_dir", str(tmp_path / "b"))
+    r = cli("diffuspec", "eval", "--model", "tiny", "--proxy", str(tmp_path / "none"), "--out_dir", str(tmp_path / "b"))
     assert r.returncode != 0 and "workbench diffuspec proxy" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    r = run_cli("diffuspec", "eval", "--model", "tiny", "--beam", "0", "--out_dir", str(tmp_path / "c"))
+    r = cli("diffuspec", "eval", "--model", "tiny", "--beam", "0", "--out_dir", str(tmp_path / "c"))
     assert r.returncode != 0 and "beam width must be >= 1" in r.stderr
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 

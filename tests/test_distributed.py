@@ -139,13 +139,13 @@ def test_gradient_accumulation_equals_the_full_batch(tmp_path, small_corpus, one
     assert _max_weight_diff(one_device, acc) < 1e-5
 
 
-def test_resume_with_another_accumulation_is_refused(tmp_path, small_corpus):
+def test_resume_with_another_accumulation_is_refused(cli, tmp_path, small_corpus):
     """Lightning counts the forwards it restores, so a run resumed with another gradient accumulation would
     start a step part-way through its global batch: refused in one line, naming the micro_batch_size to use."""
     run = tmp_path / "run"
     _train(small_corpus, run, "--stop_at_step", "7", "--checkpoint_every", "7")
-    p = run_cli("train", "lm", *ARGS, "--corpus", str(small_corpus), "--out_dir", str(run), "--checkpoint_every", "7",
-                "--micro_batch_size", "2")
+    p = cli("train", "lm", *ARGS, "--corpus", str(small_corpus), "--out_dir", str(run), "--checkpoint_every", "7",
+            "--micro_batch_size", "2")
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "written with gradient accumulation 1 and this run would use 4" in p.stderr
     assert "micro_batch_size = batch_size / (devices × num_nodes × 1) = 8" in p.stderr
@@ -157,9 +157,9 @@ def test_resume_with_another_accumulation_is_refused(tmp_path, small_corpus):
     (["--accelerator", "gpu", "--devices", "2"], "gpu"),
     (["--strategy", "horovod"], "unknown strategy 'horovod'"),
 ])
-def test_bad_device_settings_fail_before_any_output(tmp_path, small_corpus, extra, message):
+def test_bad_device_settings_fail_before_any_output(cli, tmp_path, small_corpus, extra, message):
     out = tmp_path / "run"
-    p = run_cli("train", "lm", *ARGS, "--corpus", str(small_corpus), "--out_dir", str(out), *extra)
+    p = cli("train", "lm", *ARGS, "--corpus", str(small_corpus), "--out_dir", str(out), *extra)
     assert p.returncode == 2, p.stderr[-2000:]
     lines = [ln for ln in p.stderr.strip().splitlines() if ln.startswith("workbench")]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in p.stderr

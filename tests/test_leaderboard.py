@@ -73,13 +73,13 @@ def test_a_decoder_registered_later_appears_without_an_edit(micro_checkpoint, sm
     assert row["status"] == "ok" and row["lossless"]
 
 
-def test_bad_input(micro_checkpoint, small_corpus, tmp_path):
+def test_bad_input(cli, micro_checkpoint, small_corpus, tmp_path):
     with pytest.raises(DecodeError, match="valid: .*ar_greedy"):
         run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "x", decoders=["nope"]))
     with pytest.raises(ValueError, match="workbench train sampler"):
         run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "y", decoders=["sampler"], skip_missing=False))
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
-    r = run_cli("leaderboard", "--model", str(micro_checkpoint), "--decoders", "[nope]", "--out_dir", str(tmp_path / "z"))
+    r = cli("leaderboard", "--model", str(micro_checkpoint), "--decoders", "[nope]", "--out_dir", str(tmp_path / "z"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "valid:" in r.stderr
     assert not (tmp_path / "z").exists()
 

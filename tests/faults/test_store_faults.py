@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_cli
 from test_store import B, new_store, one_line_error
 from workbench.trajectories import StoreError, StoreReader, store_info, verify_store
 
@@ -23,19 +24,18 @@ def test_empty_chunk_file_is_damage(store, name):
     one_line_error(lambda: StoreReader(store, B), "is empty", name.split("/c/")[0])
 
 
-@pytest.mark.parametrize("name", ["rows/top_ids/c/0/0/0", "rows/top_probs/c/0/0/0", "trajectories/final_ids/c/0/0",
-                                  "trajectories/row_end/c/0"])
-def test_half_truncated_chunk_is_one_line_from_the_cli(store, name):
-    """A chunk file cut to half its bytes (a disk filled mid-write): `workbench store verify` exits 2 with one
-    stderr line naming the array (no asyncio task noise), and the reader refuses it too."""
-    import subprocess
-    import sys
+TRUNCATED = ["rows/top_ids/c/0/0/0", "rows/top_probs/c/0/0/0", "trajectories/final_ids/c/0/0", "trajectories/row_end/c/0"]
 
+
+@pytest.mark.parametrize("name", TRUNCATED)
+def test_half_truncated_chunk_is_one_line_from_the_cli(store, name, cli):
+    """A chunk file cut to half its bytes (a disk filled mid-write): `workbench store verify` exits 2 with one
+    stderr line naming the array (no asyncio task noise), and the reader refuses it too. The first array runs the
+    CLI in a process of its own (task noise is printed at interpreter exit), the others in this process."""
     f = Path(store) / f"B{B}/shard-000/{name}"
     data = f.read_bytes()
     f.write_bytes(data[: len(data) // 2])
-    r = subprocess.run([sys.executable, "-m", "workbench.cli", "store", "verify", "--store", str(store)],
-                       capture_output=True, text=True, timeout=300)
+    r = (run_cli if name == TRUNCATED[0] else cli)("store", "verify", "--store", str(store))
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and name.split("/c/")[0] in lines[0], r.stderr[-2000:]
     with pytest.raises(StoreError, match="corrupt"):     # every reader: the sampler's data reads trajectories()
