@@ -54,39 +54,71 @@ def cli(capfd, monkeypatch):
 
     For one-line-error tests and short runs, without an interpreter start-up (about 8 s of imports a call on 2
     cores). Like :func:`run_cli` it runs from the repository root and returns the status ``main()`` hands to
-    ``sys.exit`` and everything written to file descriptors 1 and 2 (library loggers included), with the warning
-    filters a fresh interpreter starts with. Afterwards it restores the environment variables, torch threads and
-    default dtype a command may change. Signals, kills, variables read at import time (``HF_HUB_OFFLINE``),
-    spawned workers and ``__main__`` need :func:`run_cli`.
+    ``sys.exit`` and what reaches stdout and stderr: the commands' own lines, warnings (under the filters a fresh
+    interpreter starts with, plus the ones workbench modules add on import), log records of WARNING and above
+    (Python's last-resort handler in a fresh process) and transformers' logger. Afterwards it restores what a
+    command may change for the process: environment variables, random states, torch threads and default dtype,
+    logger levels. Signals, kills, exit-time output, variables read at import time (``HF_HUB_OFFLINE``), spawned
+    workers and ``__main__`` need :func:`run_cli`.
     """
+    import logging
+    import random
     import subprocess
+    import sys
     import warnings
 
+    import numpy as np
     from transformers.utils import logging as hf_logging
 
     from workbench import cli as workbench_cli
+    from workbench.trajectories.store import quiet_zarr_task_noise
+
+    def write_warning(message, category, filename, lineno, file=None, line=None):
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    loggers = [logging.getLogger(n) for n in ("pytorch_lightning.utilities.rank_zero",
+                                              "lightning.pytorch.utilities.rank_zero", "optuna")]
 
     def run(*args: str, env=None):
         monkeypatch.chdir(REPO)
         for k, v in (env or {}).items():
             monkeypatch.setenv(k, v)
         capfd.readouterr()
+        environ = dict(os.environ)
+        rng = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+        threads, dtype = torch.get_num_threads(), torch.get_default_dtype()
         verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-        environ, threads, dtype = dict(os.environ), torch.get_num_threads(), torch.get_default_dtype()
+        levels = [lg.level for lg in loggers]
+        hf_handlers = [h for h in hf_logging.get_logger().handlers if isinstance(h, logging.StreamHandler)]
+        hf_streams = [h.setStream(sys.stderr) for h in hf_handlers]
+        last_resort = logging.StreamHandler(sys.stderr)
+        last_resort.setLevel(logging.WARNING)
+        logging.getLogger().addHandler(last_resort)
         with warnings.catch_warnings():
             warnings.resetwarnings()                       # python's defaults, not pytest's recording filters
             warnings.simplefilter("default")
             for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
                 warnings.filterwarnings("ignore", category=category)
+            quiet_zarr_task_noise()
+            warnings.showwarning = write_warning           # printed, as a fresh interpreter does
             try:
                 code = workbench_cli.main(list(args))
             except SystemExit as e:                        # an option parser's own exit
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-            finally:                                       # what a command may change for the process
+            finally:
+                logging.getLogger().removeHandler(last_resort)
+                for h, stream in zip(hf_handlers, hf_streams):
+                    h.setStream(stream)
+                for lg, level in zip(loggers, levels):
+                    lg.setLevel(level)
                 hf_logging.set_verbosity(verbosity)
                 (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()
-                os.environ.clear()
-                os.environ.update(environ)                 # e.g. Lightning's PL_GLOBAL_SEED
+                for k in set(os.environ) - set(environ):   # e.g. Lightning's PL_GLOBAL_SEED
+                    del os.environ[k]
+                os.environ.update({k: v for k, v in environ.items() if os.environ.get(k) != v})
+                torch.set_rng_state(rng[0])
+                np.random.set_state(rng[1])
+                random.setstate(rng[2])
                 torch.set_num_threads(threads)
                 torch.set_default_dtype(dtype)
         out = capfd.readouterr()

@@ -271,3 +271,29 @@ def test_evaluate_sol_and_demo_option_checks(tmp_path, capsys, micro_checkpoint,
                              "--out_dir", tmp_path / "demo")
     assert "--sampler_block_length 16 is not among --collect_block_lengths" in line
     assert not any((tmp_path / d).exists() for d in ("ev", "sol", "demo"))
+
+
+def test_in_process_cli_sees_what_a_process_would_print(cli, monkeypatch):
+    """The ``cli`` fixture's one-line checks can fail: a command's warnings, log records (WARNING and above) and
+    transformers' logger reach its stderr, as they would a fresh process's, and the environment is restored."""
+    import logging
+    import os
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    from workbench import cli as workbench_cli
+
+    def noisy(argv):
+        warnings.warn("a library warning", UserWarning)
+        logging.getLogger("some.library").warning("a log record")
+        hf_logging.get_logger("transformers.some_module").error("a transformers error")
+        os.environ["WORKBENCH_TEST_LEAK"] = "1"
+        return 0
+
+    monkeypatch.setattr(workbench_cli, "_commands", lambda: {"noisy": noisy})
+    p = cli("noisy")
+    assert p.returncode == 0
+    for line in ("a library warning", "a log record", "a transformers error"):
+        assert line in p.stderr, p.stderr
+    assert "WORKBENCH_TEST_LEAK" not in os.environ

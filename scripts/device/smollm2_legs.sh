@@ -21,8 +21,8 @@
 #             `store` with chunk b): the planned 1 M-row store of smollm2-135m-trimode (smollm2_collect.yaml,
 #             STORE_OPTS), its `store info`, then scripts/sampler_frontier.py on it (the sampler pair and the
 #             frontier against confidence, FRONTIER_OPTS, stopped after FRONTIER_TIME seconds); the store stays
-#             there (about 250 MB), its info, the samplers' metrics, the frontier tables and plots and the logs
-#             come back in store.tgz
+#             there (about 250 MB), its info, the samplers' metrics, the frontier tables and plots come back
+#             in store.tgz, the logs in store_logs.tgz (also when a step fails)
 #
 # Every leg is an ordinary `workbench train lm --config workbench/configs/<name>.yaml` run with the
 # GPU-only overrides below (max_time); its run folder is /tmp/wb/runs/<name>.
@@ -135,21 +135,23 @@ case "$STAGE" in
     bash "$0" collect
     ;;
   store)
-    [[ -d .gpu/b ]] && cp .gpu/b/* "$ROOT/parts/"
+    if compgen -G ".gpu/b/*" > /dev/null; then cp .gpu/b/* "$ROOT/parts/"; fi
     build_cache
-    asset=workbench/assets/smollm2-135m-trimode                # its weights travel in .gpu/init (pack_lease.sh)
-    if [[ -d $ROOT/init ]]; then cp "$ROOT"/init/* "$asset/"; fi
+    asset=workbench/assets/smollm2-135m-trimode   # pack_lease.sh leaves its weights out of the tree: .gpu/init
+    if [[ ! -f $asset/adapter_model.safetensors ]]; then cp "$ROOT"/init/* "$asset/"; fi
     st="$ROOT/runs/store"
     mkdir -p "$st"
+    trap 'tar czf "${OUT:?}/store_logs.tgz" -C "$ROOT" logs' EXIT     # the logs come back whatever fails
     $PY -m workbench.cli collect --config workbench/configs/smollm2_collect.yaml --out "$st/trajectories.zarr" \
       ${STORE_OPTS:-} > "$ROOT/logs/store.log" 2>&1 || { tail -n 20 "$ROOT/logs/store.log"; exit 1; }
     tail -n 3 "$ROOT/logs/store.log"
-    $PY -m workbench.cli store info --store "$st/trajectories.zarr" | tee "$st/info.json"
+    $PY -m workbench.cli store info --store "$st/trajectories.zarr" > "$st/info.json" || echo "store info exited with $?"
+    head -c 2000 "$st/info.json"
     timeout "${FRONTIER_TIME:-360}" $PY scripts/sampler_frontier.py --store "$st/trajectories.zarr" \
       --model smollm2-135m-trimode --out_dir "$ROOT/runs/sampler" ${FRONTIER_OPTS:-} > "$ROOT/logs/sampler.log" 2>&1 \
       || echo "sampler_frontier exited with $?"
     tail -n 30 "$ROOT/logs/sampler.log"
-    tar czf "${OUT:?}/store.tgz" -C "$ROOT" logs runs/store/info.json $(cd "$ROOT" && ls -d runs/sampler/*.json \
+    tar czf "${OUT:?}/store.tgz" -C "$ROOT" runs/store/info.json $(cd "$ROOT" && ls -d runs/sampler/*.json \
       runs/sampler/*.parquet runs/sampler/*.png runs/sampler/sampler_*/metrics.json runs/sampler/sampler_*/config.yaml \
       runs/sampler/sampler_*/logs 2>/dev/null)
     ls -la "$OUT"

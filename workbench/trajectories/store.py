@@ -69,10 +69,17 @@ class _PendingChunkTaskFilter(logging.Filter):
         return not str(record.msg).startswith("Task was destroyed but it is pending")
 
 
-logging.getLogger("asyncio").addFilter(_PendingChunkTaskFilter())
-# the same siblings, when never started, are reported as a RuntimeWarning at interpreter exit instead
-warnings.filterwarnings("ignore", message="coroutine 'concurrent_map.<locals>.run' was never awaited",
-                        category=RuntimeWarning)
+def quiet_zarr_task_noise() -> None:
+    """Drop the pending-task records of a damaged slice (:class:`_PendingChunkTaskFilter`) and the same siblings'
+    "never awaited" RuntimeWarning, printed at interpreter exit when they never started. Runs on import; call it
+    again after resetting the warning filters."""
+    if not any(isinstance(f, _PendingChunkTaskFilter) for f in logging.getLogger("asyncio").filters):
+        logging.getLogger("asyncio").addFilter(_PendingChunkTaskFilter())
+    warnings.filterwarnings("ignore", message="coroutine 'concurrent_map.<locals>.run' was never awaited",
+                            category=RuntimeWarning)
+
+
+quiet_zarr_task_noise()
 
 
 def _settle_zarr_tasks(timeout: float = 10.0) -> None:
