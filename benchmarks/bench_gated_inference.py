@@ -12,6 +12,10 @@ On ``smollm2-135m-trimode`` (or ``--model``), after a ``--prefix``-token prompt 
 * ``gated_forward_lora_layer``: the same forward through peft's ``lora.Linear`` layers with the gate as a forward
   hook (the training form) against their inference form,
   :class:`~workbench.model.lora_linear.GatedLoRALinear` (the same operations without peft's per-call Python);
+* ``gated_forward_lora_order``: that inference form with peft's order of operations (``B A x`` gated and scaled on
+  the ``(N, Q, out)`` side, as before 2026-11-26) against its order now (gate on ``A x``, scaling folded into
+  ``B``, sum in place), at ``--tokens`` new tokens and at the collector's batch (``--batch`` rows × 8 new tokens,
+  all gated);
 * ``precision``: the AR step in 'bf16' (fp32 weights under bf16 autocast, re-cast at every forward) against
   'bf16-true' (weights stored in bf16, :func:`~workbench.decoding.base.cast_for_precision`), and fp32.
 
@@ -68,7 +72,14 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20, help="forwards per timing round")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=64, help="rows of the collector-shaped gated forward")
+    ap.add_argument("--pairs", default="precision,peft,order",
+                    help="which pairs: precision (AR step), peft (peft's wrapper and layers), order (LoRA path order)")
     args = ap.parse_args()
+    pairs = set(args.pairs.split(","))
+    if not pairs <= {"precision", "peft", "order"}:
+        raise SystemExit(f"--pairs: unknown {sorted(pairs - {'precision', 'peft', 'order'})}; "
+                         "valid: precision, peft, order")
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)
 
@@ -90,7 +101,7 @@ def main() -> None:
 
     # precision: the AR step in bf16 autocast, bf16-true and fp32 (separate models, same weights)
     by_precision = {}
-    for precision in ("fp32", "bf16", "bf16-true"):
+    for precision in ("fp32", "bf16", "bf16-true") if "precision" in pairs else ():
         model, _, _ = load_model(args.model)
         model.eval()
         cast_for_precision(model, precision)
@@ -101,10 +112,11 @@ def main() -> None:
             with ctx:
                 _forward(model, one, cache, kv1, False)()
         by_precision[precision] = step
-    rows.append(_pair("ar_step_precision", by_precision["bf16"], by_precision["bf16-true"],
-                      ("bf16_autocast", "bf16_true"), args.n, args.repeats))
-    rows.append(_pair("ar_step_precision", by_precision["fp32"], by_precision["bf16-true"],
-                      ("fp32", "bf16_true"), args.n, args.repeats))
+    if by_precision:
+        rows.append(_pair("ar_step_precision", by_precision["bf16"], by_precision["bf16-true"],
+                          ("bf16_autocast", "bf16_true"), args.n, args.repeats))
+        rows.append(_pair("ar_step_precision", by_precision["fp32"], by_precision["bf16-true"],
+                          ("fp32", "bf16_true"), args.n, args.repeats))
     del by_precision
 
     # the inference model, bf16-true
@@ -112,6 +124,18 @@ def main() -> None:
     model.eval()
     cast_for_precision(model, "bf16-true")
     cache = prefill(model, "bf16-true")
+    if "peft" in pairs:
+        rows += _peft_pairs(args, model, cache, one, kv1, new, kvq, gate)
+    if "order" in pairs:
+        rows += _order_pairs(args, model, cache, prefill, new, kvq, gate, g)
+    for r in rows:
+        print(json.dumps(r))
+
+
+def _peft_pairs(args, model, cache, one, kv1, new, kvq, gate) -> list[dict]:
+    """peft's trainable-tokens wrapper against the baked mask row, peft's adapter switch against
+    ``adapters_disabled``, peft's LoRA layers against their inference form."""
+    rows = []
     # the gated forward: peft's trainable-tokens wrapper against the baked row (both through peft's LoRA layers),
     # then peft's LoRA layers against their inference form (both baked)
     from workbench.model.gated_lora import bake_mask_rows
@@ -131,8 +155,59 @@ def main() -> None:
     rows.append(_pair("gated_forward_lora_layer", _forward(peft_layers, new, pcache, kvq, gate),
                       _forward(model, new, cache, kvq, gate), ("peft_lora_linear", "gated_lora_linear"), args.n,
                       args.repeats))
-    for r in rows:
-        print(json.dumps(r))
+    del peft_layers, pcache
+    return rows
+
+
+def _order_pairs(args, model, cache, prefill, new, kvq, gate, g) -> list[dict]:
+    """The order of the LoRA path's operations, same layers: ``--tokens`` new tokens, then the collector's batch."""
+    rows = []
+    old_order, _, _ = load_model(args.model)
+    old_order.eval()
+    cast_for_precision(old_order, "bf16-true")
+    _use_peft_order(old_order)
+    ocache = prefill(old_order, "bf16-true")
+    rows.append(_pair("gated_forward_lora_order", _forward(old_order, new, ocache, kvq, gate),
+                      _forward(model, new, cache, kvq, gate), ("peft_order", "rank_side_order"), args.n,
+                      args.repeats))
+    wide = torch.randint(0, 40000, (args.batch, args.prefix), generator=g)
+    block = torch.randint(0, 40000, (args.batch, 8), generator=g)
+    kvb = torch.ones(args.batch, args.prefix + 8, dtype=torch.bool)
+    caches = []
+    for m in (old_order, model):
+        c = m.new_cache()
+        with torch.no_grad():
+            m.extend(wide, c, torch.ones_like(wide, dtype=torch.bool))
+        caches.append(c)
+    rows.append(_pair("gated_forward_lora_order_batch", _forward(old_order, block, caches[0], kvb, True),
+                      _forward(model, block, caches[1], kvb, True), ("peft_order", "rank_side_order"),
+                      max(1, args.n // 4), args.repeats))
+    return rows
+
+
+def _use_peft_order(model) -> None:
+    """Give every GatedLoRALinear of ``model`` the order of operations peft uses (and the inference form used
+    before 2026-11-26): ``(W x + s · g · (B (A x)))``, gate and scaling on the ``(N, Q, out)`` product."""
+    import types
+
+    import torch.nn.functional as F
+
+    from workbench.model.lora_linear import GatedLoRALinear
+
+    def forward(self, x):
+        result = F.linear(x, self.base_layer.weight, self.base_layer.bias)
+        if self.gate.off:
+            return result
+        dtype = result.dtype
+        a = self.lora_A[self.adapter].weight
+        delta = F.linear(F.linear(x.to(a.dtype), a), self.lora_B[self.adapter].weight)
+        if self.gate.gate is not None:
+            delta = delta * self.gate.gate.to(delta.dtype)
+        return (result + delta * self.scaling).to(dtype)
+
+    for m in model.modules():
+        if isinstance(m, GatedLoRALinear):
+            m.forward = types.MethodType(forward, m)
 
 
 def _trainable_load(args):

@@ -9,10 +9,10 @@ from workbench.model.masks import dual_stream_allowed
 from workbench.train.lm import LMTrainConfig, build_gated_model
 
 
-def _gated(ckpt, rank=4, seed=0):
+def _gated(ckpt, rank=4, seed=0, alpha=None):
     """A gated model on ``ckpt`` whose LoRA B matrices (zero at initialisation) and mask row are random, so
     the adapter changes the noisy stream."""
-    model, tok = build_gated_model(LMTrainConfig(init_from=str(ckpt), lora_rank=rank, seed=seed))
+    model, tok = build_gated_model(LMTrainConfig(init_from=str(ckpt), lora_rank=rank, seed=seed, lora_alpha=alpha))
     model.eval()
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
@@ -154,17 +154,21 @@ def test_adapter_round_trip_plain_peft_and_fingerprint(ar_checkpoint, tmp_path):
         attach_adapter(other, tok3, out)
 
 
-def test_inference_form_equals_peft_layers_keeps_the_fingerprint_and_switches_off(ar_checkpoint, tmp_path):
+@pytest.mark.parametrize("alpha", [None, 12.0])
+def test_inference_form_equals_peft_layers_keeps_the_fingerprint_and_switches_off(ar_checkpoint, tmp_path, alpha):
     """An inference load replaces peft's LoRA layers by GatedLoRALinear: same parameter names and tensors (so the
     same model fingerprint: stores and samplers still match), bitwise the same logits as peft's layers with the
-    gate hook under a per-token gate, all-on and off, and the base's exactly when the adapter is off."""
+    gate hook under a per-token gate, all-on and off, and the base's exactly when the adapter is off. Scaling
+    α / r = 4 (a power of two, folded into B) and 3 (applied after B, as peft does); and again after a cast to
+    bf16 (the folded B is rebuilt)."""
     from peft.tuners.lora.layer import Linear as LoraLinear
 
+    from workbench.decoding.base import cast_for_precision
     from workbench.model.fingerprint import model_fingerprint
     from workbench.model.gated_lora import bake_mask_rows
     from workbench.model.lora_linear import GatedLoRALinear, lean_lora_layers
 
-    model, _ = _gated(ar_checkpoint)
+    model, _ = _gated(ar_checkpoint, alpha=alpha)
     out = save_gated_adapter(model, tmp_path / "adapter", {"base_fingerprint": model.base_fingerprint},
                              dtype=torch.float32)
     forms = {}
@@ -176,6 +180,8 @@ def test_inference_form_equals_peft_layers_keeps_the_fingerprint_and_switches_of
     bake_mask_rows(peft_form.backbone)                  # the training form with the row baked: only the layers differ
     n_layers = 2 * 7
     assert sum(isinstance(m, GatedLoRALinear) for m in lean.backbone.modules()) == n_layers
+    folds = {m.fold_scaling for m in lean.backbone.modules() if isinstance(m, GatedLoRALinear)}
+    assert folds == {alpha is None}
     assert not any(isinstance(m, LoraLinear) for m in lean.backbone.modules())
     assert sum(isinstance(m, LoraLinear) for m in peft_form.backbone.modules()) == n_layers
     want_sd, got_sd = peft_form.backbone.state_dict(), lean.backbone.state_dict()
@@ -199,6 +205,13 @@ def test_inference_form_equals_peft_layers_keeps_the_fingerprint_and_switches_of
                 assert torch.equal(outs[1][..., :v], want_base)             # off: the base model exactly
             else:
                 assert (outs[1][..., :v] - want_base).abs().max() > 1e-3    # on: the adapter is applied
+    for m in (peft_form, lean):
+        cast_for_precision(m, "bf16-true")
+    outs = []
+    for m in (peft_form, lean):
+        with torch.no_grad(), lora_positions(m, per_token):
+            outs.append(m._cached_forward(ids, m.new_cache(), valid, causal=True))
+    assert outs[1].dtype == torch.bfloat16 and torch.equal(outs[0], outs[1])
     # what the inference form does not cover is refused in one line
     from peft import LoraConfig, get_peft_model
 

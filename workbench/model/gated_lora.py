@@ -44,9 +44,17 @@ class LoRAGate:
 
     gate: torch.Tensor | None = None
     off: bool = False
+    _cast: tuple | None = None
 
     def hook(self, module: nn.Module, inputs, output: torch.Tensor) -> torch.Tensor:
         return output if self.gate is None else output * self.gate.to(output.dtype)
+
+    def cast(self, dtype: torch.dtype) -> torch.Tensor:
+        """``gate`` as 0 / 1 in ``dtype`` ``(N, Q, 1)``, converted once per gate and dtype, not once per layer."""
+        g = self.gate
+        if self._cast is None or self._cast[0] is not g or self._cast[1] != dtype:
+            self._cast = (g, dtype, g.to(dtype))                 # holds g, so its identity is not reused
+        return self._cast[2]
 
 
 def lora_size_bytes(backbone: nn.Module, rank: int, targets=DEFAULT_TARGETS, bytes_per_param: int = 2) -> int:
