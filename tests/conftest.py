@@ -50,10 +50,10 @@ def run_cli(*args: str, timeout: int = 300, env=None):
 
 @pytest.fixture
 def cli(capfd, monkeypatch):
-    """Run the ``workbench`` CLI in this process: ``cli(*args, env=None)`` -> CompletedProcess (text).
+    """Run the ``workbench`` CLI in this process: ``cli(*args, env=None, cwd=None)`` -> CompletedProcess (text).
 
     For one-line-error tests and short runs, without an interpreter start-up (about 8 s of imports a call on 2
-    cores). Like :func:`run_cli` it runs from the repository root and returns the status ``main()`` hands to
+    cores). Like :func:`run_cli` it runs from the repository root (or ``cwd``) and returns the status ``main()`` hands to
     ``sys.exit`` and what reaches stdout and stderr: the commands' own lines, warnings (under the filters a fresh
     interpreter starts with, plus the ones workbench modules add on import), log records of WARNING and above
     (Python's last-resort handler in a fresh process) and transformers' logger. Afterwards it restores what a
@@ -79,8 +79,8 @@ def cli(capfd, monkeypatch):
     loggers = [logging.getLogger(n) for n in ("pytorch_lightning.utilities.rank_zero",
                                               "lightning.pytorch.utilities.rank_zero", "optuna")]
 
-    def run(*args: str, env=None):
-        monkeypatch.chdir(REPO)
+    def run(*args: str, env=None, cwd=None):
+        monkeypatch.chdir(REPO if cwd is None else cwd)
         for k, v in (env or {}).items():
             monkeypatch.setenv(k, v)
         capfd.readouterr()
@@ -102,7 +102,7 @@ def cli(capfd, monkeypatch):
             quiet_zarr_task_noise()
             warnings.showwarning = write_warning           # printed, as a fresh interpreter does
             try:
-                code = workbench_cli.main(list(args))
+                code = workbench_cli.main([str(a) for a in args])
             except SystemExit as e:                        # an option parser's own exit
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             finally:

@@ -203,12 +203,12 @@ def test_staged_dir_never_replaces_a_foreign_directory(cli, tmp_path):
 
 
 # ------------------------------------------------ found by a CLI fuzz pass (session 12), run in-process
-def _in_process_error(capsys, *argv) -> str:
-    """Run the CLI in this process; assert exit status 2 and one error line; return that line."""
-    from workbench.cli import main
-
-    assert main([str(a) for a in argv]) == 2
-    lines = [l for l in capsys.readouterr().err.strip().splitlines() if l.strip()]
+def _in_process_error(cli, *argv) -> str:
+    """Run the CLI in this process (the ``cli`` fixture: warnings and log records reach stderr as in a fresh
+    process); assert exit status 2 and one line on stderr; return that line."""
+    p = cli(*argv)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = [l for l in p.stderr.strip().splitlines() if l.strip()]
     assert len(lines) == 1, lines
     return lines[0]
 
@@ -221,53 +221,53 @@ def _in_process_error(capsys, *argv) -> str:
     (["--policy", "diffuspec"], "the diffuspec policy needs --proxy <path>"),
     (["--prompt", "@/nonexistent/prompt.py"], "does not exist or is not a file"),
 ], ids=["device", "negative_temperature", "sampler_policy", "deer_policy", "diffuspec_policy", "prompt_file"])
-def test_decode_bad_options(capsys, micro_checkpoint, args, needle):
-    line = _in_process_error(capsys, "decode", "--model", micro_checkpoint, "--gen_len", "8", "--block_length", "4",
+def test_decode_bad_options(cli, micro_checkpoint, args, needle):
+    line = _in_process_error(cli, "decode", "--model", micro_checkpoint, "--gen_len", "8", "--block_length", "4",
                              *args)
     assert needle in line
 
 
-def test_checkpoint_whose_config_does_not_match_its_weights(tmp_path, capsys, micro_checkpoint):
+def test_checkpoint_whose_config_does_not_match_its_weights(tmp_path, cli, micro_checkpoint):
     """A config.json of another architecture used to load a randomly initialised model and decode (exit 0)."""
     import shutil
 
     bad = tmp_path / "bad"
     shutil.copytree(micro_checkpoint, bad)
     (bad / "config.json").write_text(json.dumps({"model_type": "bert", "is_decoder": True}))
-    assert "are not in the checkpoint" in _in_process_error(capsys, "decode", "--model", bad, "--gen_len", "8",
+    assert "are not in the checkpoint" in _in_process_error(cli, "decode", "--model", bad, "--gen_len", "8",
                                                              "--block_length", "4")
     shutil.rmtree(bad)
     shutil.copytree(micro_checkpoint, bad)
     (bad / "workbench.json").write_text("{oops")
-    assert "workbench.json is not valid JSON" in _in_process_error(capsys, "decode", "--model", bad, "--gen_len",
+    assert "workbench.json is not valid JSON" in _in_process_error(cli, "decode", "--model", bad, "--gen_len",
                                                                     "8", "--block_length", "4")
 
 
-def test_sweep_never_appends_to_a_user_file(tmp_path, capsys, micro_checkpoint, small_corpus):
+def test_sweep_never_appends_to_a_user_file(tmp_path, cli, micro_checkpoint, small_corpus):
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes\n")
-    line = _in_process_error(capsys, "sweep", "--model", micro_checkpoint, "--corpus", small_corpus, "--storage", notes,
+    line = _in_process_error(cli, "sweep", "--model", micro_checkpoint, "--corpus", small_corpus, "--storage", notes,
                              "--out_dir", tmp_path / "sw", "--n_trials", "1", "--n_prompts", "2", "--gen_len", "8",
                              "--prompt_len", "16", "--block_lengths", "[4]")
     assert "not an Optuna journal" in line and notes.read_text() == "my notes\n"
-    assert "unknown context mode" in _in_process_error(capsys, "sweep", "--mode", "bogus", "--out_dir", tmp_path / "s2")
+    assert "unknown context mode" in _in_process_error(cli, "sweep", "--mode", "bogus", "--out_dir", tmp_path / "s2")
 
 
-def test_deer_teacher_never_writes_into_a_user_directory(tmp_path, capsys, micro_checkpoint, small_corpus):
+def test_deer_teacher_never_writes_into_a_user_directory(tmp_path, cli, micro_checkpoint, small_corpus):
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.py").write_text("x = 1\n")
-    line = _in_process_error(capsys, "deer", "teacher", "--target", micro_checkpoint, "--corpus", small_corpus,
+    line = _in_process_error(cli, "deer", "teacher", "--target", micro_checkpoint, "--corpus", small_corpus,
                              "--out_dir", src, "--n_answers", "4", "--prompt_len", "16", "--gen_len", "8")
     assert "holds no teacher data" in line and [p.name for p in src.iterdir()] == ["a.py"]
 
 
-def test_evaluate_sol_and_demo_option_checks(tmp_path, capsys, micro_checkpoint, small_corpus):
-    assert "--modes is empty" in _in_process_error(capsys, "evaluate", "--model", micro_checkpoint, "--modes", "[]",
+def test_evaluate_sol_and_demo_option_checks(tmp_path, cli, micro_checkpoint, small_corpus):
+    assert "--modes is empty" in _in_process_error(cli, "evaluate", "--model", micro_checkpoint, "--modes", "[]",
                                                    "--out_dir", tmp_path / "ev")
-    assert "threshold must be in (0, 1]" in _in_process_error(capsys, "sol", "--model", micro_checkpoint,
+    assert "threshold must be in (0, 1]" in _in_process_error(cli, "sol", "--model", micro_checkpoint,
                                                               "--threshold", "1.5", "--out_dir", tmp_path / "sol")
-    line = _in_process_error(capsys, "demo", "--model", micro_checkpoint, "--sampler_block_length", "16",
+    line = _in_process_error(cli, "demo", "--model", micro_checkpoint, "--sampler_block_length", "16",
                              "--out_dir", tmp_path / "demo")
     assert "--sampler_block_length 16 is not among --collect_block_lengths" in line
     assert not any((tmp_path / d).exists() for d in ("ev", "sol", "demo"))

@@ -1,12 +1,12 @@
 """A table of bad inputs across the commands (issue 27 §6-7). For each: exit code 2, exactly one line on stderr,
-and no new file in the working folder (every command's output goes there). Run in-process through
-``workbench.cli.main`` so that the table stays inside the default suite's time budget."""
+and no new file in the working folder (every command's output goes there). Run in-process (the ``cli`` fixture,
+which prints warnings and log records as a fresh process would) so that the table stays inside the default
+suite's time budget."""
 from pathlib import Path
 
 import pytest
 
 from workbench.assets import builtin_model_path
-from workbench.cli import main
 
 TINY = str(builtin_model_path("tiny"))
 
@@ -134,14 +134,13 @@ def test_the_table_is_large_enough():
 
 
 @pytest.mark.parametrize("name, argv, needle", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(name, argv, needle, root, tmp_path, monkeypatch, capsys):
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(name, argv, needle, root, tmp_path, cli):
     work = tmp_path / "work"
     work.mkdir()
-    monkeypatch.chdir(work)                              # default and relative outputs land here
     argv = [a.replace("{root}", str(root)) for a in argv]
     before_root, before_work = _listing(root), _listing(work)
-    rc = main(argv)
-    err = capsys.readouterr().err.strip().splitlines()
+    p = cli(*argv, cwd=work)                             # default and relative outputs land in work
+    rc, err = p.returncode, p.stderr.strip().splitlines()
     assert rc == 2, (rc, err)
     assert len(err) == 1, err
     assert needle in err[0], err[0]
