@@ -1,5 +1,8 @@
 """Self-speculation throughput: real TPF and tokens/s of linear SS (k = 4, 8, 16) and quadratic SS
-(k = 4, 8) vs AR greedy decoding, fp32 and bf16, on the shipped tiny model and held-out code prompts.
+(k = 4, 8) vs AR greedy decoding, fp32 and bf16, on the shipped tiny model and held-out code prompts
+(``--model``, ``--methods``, ``--precisions`` and ``--threads`` pick others: e.g. the real model's grid
+``--model smollm2-135m-trimode --methods ar_greedy,ss_linear:2,ss_quadratic:2 --precisions fp32,bf16-true
+--threads 1,2 --batch_sizes 1``; 'bf16-true' stores the weights in bf16, a model loaded for it alone).
 
 Free-running greedy decoding (SS output = AR output; ``agree_ar`` shows where bf16 numerics break
 that). Every configuration decodes the same prompts in one process; each method runs ``--repeats``
@@ -16,14 +19,25 @@ import torch
 
 from workbench.corpus import by_split, load_corpus
 from workbench.decoding import DecodeResult, get_policy
+from workbench.decoding.base import cast_for_precision
 from workbench.model.load import load_model, resolve_device
 from workbench.evaluation.metrics import agreement
 from workbench.evaluation.prompts import make_prompts
 from workbench.speculative.metrics import pooled_metrics
 
-METHODS = [("ar_greedy", {}), ("ss_linear", {"draft_length": 4}), ("ss_linear", {"draft_length": 8}),
-           ("ss_linear", {"draft_length": 16}), ("ss_quadratic", {"draft_length": 4}),
-           ("ss_quadratic", {"draft_length": 8})]
+METHODS = "ar_greedy,ss_linear:4,ss_linear:8,ss_linear:16,ss_quadratic:4,ss_quadratic:8"
+
+
+def _methods(spec: str) -> list[tuple[str, dict]]:
+    """``"ar_greedy,ss_linear:4"`` -> ``[("ar_greedy", {}), ("ss_linear", {"draft_length": 4})]``; AR greedy
+    first (the reference of every ratio)."""
+    out = []
+    for item in spec.split(","):
+        name, _, k = item.partition(":")
+        out.append((name, {"draft_length": int(k)} if k else {}))
+    if out[0] != ("ar_greedy", {}):
+        raise SystemExit("--methods must start with ar_greedy (the reference of every ratio)")
+    return out
 
 
 def _decode(model, policy: str, kw: dict, ids, bs: int, gen_len: int, precision: str, pad: int, cuda: bool
@@ -50,41 +64,55 @@ def main() -> None:
     ap.add_argument("--batch_sizes", default="1,8", help="comma-separated prompts decoded in lockstep")
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--threads", default="0", help="comma-separated torch thread counts (0: torch's default)")
+    ap.add_argument("--methods", default=METHODS, help="comma-separated policy[:draft_length], ar_greedy first")
     a = ap.parse_args()
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    methods = _methods(a.methods)
     dev = resolve_device(a.device)
-    model, tok, _ = load_model(a.model, dev)
+    loaded, tok, _ = load_model(a.model, dev)
     prompts = make_prompts(by_split(load_corpus("stdlib"), "test"), a.n_prompts, a.prompt_len, a.gen_len)
     ids = [list(p.prompt) for p in prompts]
     pad = tok.pad_token_id
     ratios = {}
+    default_threads = torch.get_num_threads()
     for precision in a.precisions.split(","):
-        for bs in (int(x) for x in a.batch_sizes.split(",")):
-            best: dict[int, tuple[DecodeResult, float]] = {}
-            for _ in range(a.repeats):
-                for i, (policy, kw) in enumerate(METHODS):
-                    get_policy(policy)(model, ids[:1], 8, precision=precision, pad_id=pad, **kw)  # warm-up
-                    res, wall = _decode(model, policy, kw, ids, bs, a.gen_len, precision, pad, dev.type == "cuda")
-                    if i not in best or wall < best[i][1]:
-                        best[i] = (res, wall)
-            ar_res, ar_wall = best[0]
-            ar_tps = len(ids) * a.gen_len / ar_wall
-            for i, (policy, kw) in enumerate(METHODS):
-                res, wall = best[i]
-                m = pooled_metrics(res)
-                tps = m["tokens"] / wall
-                name = policy + (f"_k{kw['draft_length']}" if kw else "")
-                agree = sum(agreement(x, y) for x, y in zip(res.tokens, ar_res.tokens)) / len(ids)
-                ratios[f"{precision}_bs{bs}_{name}"] = round(tps / ar_tps, 3)
-                print(json.dumps({"benchmark": "speculate", "method": name, "precision": precision, "batch": bs,
-                                  "device": str(dev), "threads": torch.get_num_threads(), "prompts": len(ids),
-                                  "gen_len": a.gen_len, "tokens_per_s": round(tps, 1), "tau": round(m["tau"], 3),
-                                  "max_accepted": m["max_accepted"], "tpf": round(m["tpf"], 3),
-                                  "tpf_real": round(m["tpf_real"], 3), "agree_ar": round(agree, 4),
-                                  "best_wall_s": round(wall, 2), "repeats": a.repeats}), flush=True)
+        model = loaded
+        if precision == "bf16-true":                       # weights stored in bf16: a model of its own
+            model = cast_for_precision(load_model(a.model, dev)[0], precision)
+        for threads in (int(x) for x in a.threads.split(",")):
+            torch.set_num_threads(threads or default_threads)
+            for bs in (int(x) for x in a.batch_sizes.split(",")):
+                tag = f"{precision}_t{torch.get_num_threads()}_bs{bs}"
+                ratios.update(_measure(model, methods, ids, pad, bs, precision, a, dev, tag))
     print(json.dumps({"benchmark": "speculate_ratios", "tokens_per_s_over_ar_greedy": ratios}))
+
+
+def _measure(model, methods, ids, pad, bs, precision, a, dev, tag) -> dict:
+    """Best-of-``repeats`` wall time of every method (interleaved), one JSON line each; returns the ratios."""
+    best: dict[int, tuple[DecodeResult, float]] = {}
+    for _ in range(a.repeats):
+        for i, (policy, kw) in enumerate(methods):
+            get_policy(policy)(model, ids[:1], 8, precision=precision, pad_id=pad, **kw)  # warm-up
+            res, wall = _decode(model, policy, kw, ids, bs, a.gen_len, precision, pad, dev.type == "cuda")
+            if i not in best or wall < best[i][1]:
+                best[i] = (res, wall)
+    ar_res, ar_wall = best[0]
+    ar_tps = len(ids) * a.gen_len / ar_wall
+    ratios = {}
+    for i, (policy, kw) in enumerate(methods):
+        res, wall = best[i]
+        m = pooled_metrics(res)
+        tps = m["tokens"] / wall
+        name = policy + (f"_k{kw['draft_length']}" if kw else "")
+        agree = sum(agreement(x, y) for x, y in zip(res.tokens, ar_res.tokens)) / len(ids)
+        ratios[f"{tag}_{name}"] = round(tps / ar_tps, 3)
+        print(json.dumps({"benchmark": "speculate", "method": name, "precision": precision, "batch": bs,
+                          "device": str(dev), "threads": torch.get_num_threads(), "prompts": len(ids),
+                          "gen_len": a.gen_len, "tokens_per_s": round(tps, 1), "tau": round(m["tau"], 3),
+                          "max_accepted": m["max_accepted"], "tpf": round(m["tpf"], 3),
+                          "tpf_real": round(m["tpf_real"], 3), "agree_ar": round(agree, 4),
+                          "best_wall_s": round(wall, 2), "repeats": a.repeats}), flush=True)
+    return ratios
 
 
 if __name__ == "__main__":
