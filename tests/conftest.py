@@ -50,11 +50,11 @@ def run_cli(*args: str, timeout: int = 300, env=None):
 
 @pytest.fixture
 def cli(capfd, monkeypatch):
-    """Run the ``workbench`` CLI in this process: ``cli(*args, env=None, cwd=None)`` -> CompletedProcess (text).
+    """Run the ``workbench`` CLI in this process: ``cli(*args, env=None, cwd=None)`` -> CompletedProcess.
 
     For one-line-error tests and short runs, without an interpreter start-up (about 8 s of imports a call on 2
-    cores). Like :func:`run_cli` it runs from the repository root (or ``cwd``) and returns the status ``main()`` hands to
-    ``sys.exit`` and what reaches stdout and stderr: the commands' own lines, warnings (under the filters a fresh
+    cores). Like :func:`run_cli` it runs from the repository root (or ``cwd``) and returns the status ``main()``
+    hands to ``sys.exit`` and what reaches stdout and stderr: the commands' own lines, warnings (under the filters a fresh
     interpreter starts with, plus the ones workbench modules add on import), log records of WARNING and above
     (Python's last-resort handler in a fresh process) and transformers' logger. Afterwards it restores what a
     command may change for the process: environment variables, random states, torch threads and default dtype,

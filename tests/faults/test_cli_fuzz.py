@@ -139,7 +139,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(name, argv, needle, roo
     work.mkdir()
     argv = [a.replace("{root}", str(root)) for a in argv]
     before_root, before_work = _listing(root), _listing(work)
-    p = cli(*argv, cwd=work)                             # default and relative outputs land in work
+    p = cli(*argv, cwd=work)                         # default and relative outputs land in work
     rc, err = p.returncode, p.stderr.strip().splitlines()
     assert rc == 2, (rc, err)
     assert len(err) == 1, err

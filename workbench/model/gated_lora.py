@@ -23,7 +23,7 @@ the weights; the gating itself is this module's.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -44,7 +44,7 @@ class LoRAGate:
 
     gate: torch.Tensor | None = None
     off: bool = False
-    _cast: tuple | None = None
+    _cast: tuple | None = field(default=None, repr=False, compare=False)   # (gate, dtype, gate in dtype)
 
     def hook(self, module: nn.Module, inputs, output: torch.Tensor) -> torch.Tensor:
         return output if self.gate is None else output * self.gate.to(output.dtype)

@@ -22,8 +22,8 @@ cores) that is 1.01–1.09× faster at 12 new tokens and 1.02× at the collector
 is mostly its 420 small products' per-call cost, which this order does not remove.
 The outputs are still bitwise peft's: a gate of 1 leaves ``u``'s row as it is and a gate of 0 makes it zero, so
 the row adds an exact zero (clean positions stay ``W x_j`` exactly); the scaling is folded into ``B`` only when it
-is a power of two (this project's default α = 4r, e.g. 128 / 32, gives 4), where ``(s B) u = s (B u)`` exactly, and is
-applied to ``B u`` as peft does otherwise.
+is a power of two (this project's default α = 4r gives 4), where ``(s B) u = s (B u)`` exactly, and is applied to
+``B u`` as peft does otherwise.
 
 It keeps peft's submodule names (``base_layer``, ``lora_A.<adapter>``, ``lora_B.<adapter>``), so the state dict,
 the model fingerprint and :func:`~workbench.decoding.base.cast_for_precision` see the same tensors. Inference
@@ -86,7 +86,7 @@ class GatedLoRALinear(nn.Module):
         if gate.gate is not None:
             u = u * gate.cast(u.dtype)                                # clean rows: exact zeros
         if self.fold_scaling:
-            return result.add_(F.linear(u, self._scaled_b()))
+            return result.add_(F.linear(u, self._scaled_b()))                     # (N, Q, out)
         return result.add_(F.linear(u, self.lora_B[self.adapter].weight).mul_(self.scaling))
 
     def extra_repr(self) -> str:
