@@ -54,9 +54,9 @@ def cli(capfd, monkeypatch):
 
     For one-line-error tests and short runs, without an interpreter start-up (about 8 s of imports a call on 2
     cores). Like :func:`run_cli` it runs from the repository root (or ``cwd``) and returns the status ``main()``
-    hands to ``sys.exit`` and what reaches stdout and stderr: the commands' own lines, warnings (under the filters a fresh
-    interpreter starts with, plus the ones workbench modules add on import), log records of WARNING and above
-    (Python's last-resort handler in a fresh process) and transformers' logger. Afterwards it restores what a
+    hands to ``sys.exit`` and what reaches stdout and stderr: the commands' own lines, warnings (under the filters
+    a fresh interpreter starts with, plus the ones workbench modules add on import), log records of WARNING and
+    above (Python's last-resort handler in a fresh process) and transformers' logger. Afterwards it restores what a
     command may change for the process: environment variables, random states, torch threads and default dtype,
     logger levels. Signals, kills, exit-time output, variables read at import time (``HF_HUB_OFFLINE``), spawned
     workers and ``__main__`` need :func:`run_cli`.
