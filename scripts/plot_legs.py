@@ -3,9 +3,11 @@
 Reads ``<asset>/workbench.json`` (its ``legs``: steps, train_tokens, log file per leg) and each leg's training log
 (Lightning CSV, steps counted from 0 in every leg), and plots ``val/tau`` (linear self-speculation τ decoded on the
 held-out prompts, NLD §3.3) and ``val/tau_tf`` (teacher-forced τ) against the cumulative training tokens, one marker
-per leg. Usage::
+per leg. A ``--branch`` adds a run that continued the same leg but was not shipped (the data arm of issue 26's
+comparison of training data), drawn from the tokens where it branched off. Usage::
 
-    python scripts/plot_legs.py workbench/assets/smollm2-135m-trimode docs/smollm2_val_tau.png
+    python scripts/plot_legs.py workbench/assets/smollm2-135m-trimode docs/smollm2_val_tau.png \
+        --branch "leg 4, data arm (stdlib text)" docs/smollm2_trimode_gpu4_data_log.csv 3
 """
 from __future__ import annotations
 
@@ -44,21 +46,41 @@ def leg_points(asset: Path) -> pd.DataFrame:
 OBJECTIVES = {"nld": ("linear self-speculation τ, k = {k}", 2.5), "idlm": ("ISD tokens per forward, N = {k}", 2.0)}
 
 
-def plot(points: pd.DataFrame, out: Path, title: str, objective: str = "nld", k: int = 8) -> None:
-    """Write the plot of :func:`leg_points` to ``out`` (PNG); ``objective`` / ``k`` label the decoded acceptance
-    (:data:`OBJECTIVES`) and draw its target."""
+def branch_points(asset: Path, log: Path, after_leg: int, label: str) -> pd.DataFrame:
+    """The validation rows of a run that continued ``asset`` after leg ``after_leg`` without being shipped, in the
+    columns of :func:`leg_points` (``leg`` = ``label``); its tokens per step are those of leg ``after_leg + 1``.
+    Raises ``ValueError`` when ``asset`` has no leg ``after_leg + 1``, ``FileNotFoundError`` for a missing log."""
+    legs = json.loads((asset / "workbench.json").read_text())["legs"]
+    if not 1 <= after_leg < len(legs):
+        raise ValueError(f"--branch after leg {after_leg}: {asset} has legs 1..{len(legs)}, and a branch needs the "
+                         "shipped leg after it for its tokens per step")
+    offset = sum(leg["train_tokens"] for leg in legs[:after_leg])
+    per_step = legs[after_leg]["train_tokens"] / legs[after_leg]["steps"]
+    val = pd.read_csv(log)
+    val = val[val["val/tau"].notna()]
+    return pd.DataFrame([{"leg": label, "step": int(r["step"]) + 1, "tokens": offset + (int(r["step"]) + 1) * per_step,
+                          "val/tau": r["val/tau"], "val/tau_tf": r.get("val/tau_tf"),
+                          "device": legs[after_leg].get("device", "")} for _, r in val.iterrows()])
+
+
+def plot(points: pd.DataFrame, out: Path, title: str, objective: str = "nld", k: int = 8,
+         branches: list[pd.DataFrame] = ()) -> None:
+    """Write the plot of :func:`leg_points` (and of each :func:`branch_points` frame in ``branches``, grey) to
+    ``out`` (PNG); ``objective`` / ``k`` label the decoded acceptance (:data:`OBJECTIVES`) and draw its target."""
     what, target = OBJECTIVES[objective]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = plt.subplots(figsize=(7.2, 4.6))
     for leg, g in points.groupby("leg"):
         dev = "GPU" if "GPU" in str(g["device"].iloc[0]) or "H100" in str(g["device"].iloc[0]) else "CPU"
         ax.plot(g["tokens"] / 1e6, g["val/tau"], "o-", label=f"leg {leg} ({dev}): {what.format(k=k)}")
         if g["val/tau_tf"].notna().any():
             ax.plot(g["tokens"] / 1e6, g["val/tau_tf"], "x--", alpha=0.6, label=f"leg {leg}: teacher-forced τ")
+    for b in branches:
+        ax.plot(b["tokens"] / 1e6, b["val/tau"], "s-", color="grey", label=f"{b['leg'].iloc[0]} (not shipped)")
     ax.axhline(target, color="grey", lw=0.8, ls=":", label=f"target ≥ {target}")
     ax.set_xlabel("training tokens (millions)")
     ax.set_ylabel("validation acceptance (tokens per cycle)")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -69,12 +91,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("asset", type=Path)
     ap.add_argument("out", type=Path)
+    ap.add_argument("--branch", nargs=3, action="append", default=[], metavar=("LABEL", "LOG_CSV", "AFTER_LEG"),
+                    help="a run that continued leg AFTER_LEG and was not shipped, with its Lightning CSV log")
     a = ap.parse_args()
     pts = leg_points(a.asset)
-    print(pts.drop(columns="device").to_string(index=False))
+    branches = [branch_points(a.asset, Path(log), int(after), label) for label, log, after in a.branch]
+    print(pd.concat([pts, *branches]).drop(columns="device").to_string(index=False))
     meta = json.loads((a.asset / "workbench.json").read_text())
     k = (meta.get("train_config") or {}).get("val_draft_length", 8)
-    plot(pts, a.out, f"{a.asset.name}: validation acceptance over the legs", meta.get("objective", "nld"), k)
+    plot(pts, a.out, f"{a.asset.name}: validation acceptance over the legs", meta.get("objective", "nld"), k, branches)
 
 
 if __name__ == "__main__":

@@ -79,7 +79,14 @@ def test_append_leg_to_an_adapter_and_plot_acceptance_over_legs(tmp_path):
     pts = plot_legs.leg_points(shipped)
     assert pts["leg"].tolist() == [1, 1, 2, 2] and pts["val/tau"].tolist() == [1.5, 2.0, 2.1, 2.2]
     assert pts["tokens"].tolist() == [5 * 16384, 10 * 16384, 10 * 16384 + 3 * 2048, 10 * 16384 + 6 * 2048]
-    plot_legs.plot(pts, tmp_path / "p.png", "t")
+    # a run that continued leg 1 beside leg 2 and was not shipped: leg 2's tokens per step, from leg 1's end
+    pd.DataFrame({"step": [0, 1, 3], "val/tau": [None, 2.05, 2.15]}).to_csv(tmp_path / "arm.csv", index=False)
+    arm = plot_legs.branch_points(shipped, tmp_path / "arm.csv", 1, "data arm")
+    assert arm["tokens"].tolist() == [10 * 16384 + 2 * 2048, 10 * 16384 + 4 * 2048]
+    assert arm["val/tau"].tolist() == [2.05, 2.15] and set(arm["leg"]) == {"data arm"}
+    with pytest.raises(ValueError, match="legs 1..2"):
+        plot_legs.branch_points(shipped, tmp_path / "arm.csv", 2, "x")
+    plot_legs.plot(pts, tmp_path / "p.png", "t", branches=[arm])
     assert (tmp_path / "p.png").stat().st_size > 0
 
 

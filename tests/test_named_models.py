@@ -22,6 +22,20 @@ def test_unknown_name_lists_the_valid_ones():
         named.resolve("smollm2-999m")
 
 
+def test_a_gated_adapter_folder_resolves_to_its_base(tmp_path):
+    """A run's model/ (an unshipped leg) is a --model: its workbench.json's init_from names the base."""
+    from workbench.assets import builtin_model_path
+
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "adapter_config.json").write_text("{}")
+    with pytest.raises(NamedModelError, match="init_from"):
+        named.resolve(str(d))
+    (d / "workbench.json").write_text(json.dumps({"init_from": "tiny", "base_fingerprint": "f"}))
+    assert named.resolve(str(d)) == (builtin_model_path("tiny"), d)
+    assert named.resolve(str(tmp_path)) == (tmp_path, None)          # a plain checkpoint folder is unchanged
+
+
 def test_no_network_one_line_error_and_nothing_left(cache, monkeypatch):
     def offline(cmd, **kw):
         import subprocess

@@ -278,7 +278,9 @@ def resolve(spec: str, fetch_missing: bool = True) -> tuple[Path, Path | None]:
 
     ``spec`` is a shipped model (``tiny`` or ``builtin:tiny``), a named real model (:data:`NAMED_MODELS`,
     fetched on first use when ``fetch_missing``), a named base + shipped adapter (:data:`ADAPTER_MODELS`),
-    or a local checkpoint path. Raises :class:`NamedModelError` for an unknown name that is not a path.
+    a local checkpoint path, or a gated-adapter folder (``adapter_config.json`` beside a ``workbench.json`` whose
+    ``init_from`` names the base, as a ``workbench train lm --lora_rank`` run's ``model/`` holds). Raises
+    :class:`NamedModelError` for an unknown name that is not a path, or an adapter folder that names no base.
     """
     from ..assets import builtin_model_path, shipped_models
 
@@ -305,6 +307,13 @@ def resolve(spec: str, fetch_missing: bool = True) -> tuple[Path, Path | None]:
     if not p.exists() and os.sep not in spec and "/" not in spec:
         raise NamedModelError(f"unknown model {spec!r} (no such path either); valid: {', '.join(all_names())}, or a "
                               "checkpoint directory")
+    if (p / "adapter_config.json").is_file():     # a gated-adapter folder (a run's model/, an unshipped leg)
+        meta = json.loads((p / "workbench.json").read_text()) if (p / "workbench.json").is_file() else {}
+        if not meta.get("init_from"):
+            raise NamedModelError(f"{p} holds an adapter but no workbench.json naming its base (init_from); pass the "
+                                  "folder of a `workbench train lm` run's model/")
+        base, _ = resolve(str(meta["init_from"]), fetch_missing)
+        return base, p
     return p, None
 
 
