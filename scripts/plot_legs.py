@@ -49,7 +49,8 @@ OBJECTIVES = {"nld": ("linear self-speculation τ, k = {k}", 2.5), "idlm": ("ISD
 def branch_points(asset: Path, log: Path, after_leg: int, label: str) -> pd.DataFrame:
     """The validation rows of a run that continued ``asset`` after leg ``after_leg`` without being shipped, in the
     columns of :func:`leg_points` (``leg`` = ``label``); its tokens per step are those of leg ``after_leg + 1``.
-    Raises ``ValueError`` when ``asset`` has no leg ``after_leg + 1``, ``FileNotFoundError`` for a missing log."""
+    Raises ``ValueError`` when ``asset`` has no leg ``after_leg + 1`` or the log no validation row,
+    ``FileNotFoundError`` for a missing log."""
     legs = json.loads((asset / "workbench.json").read_text())["legs"]
     if not 1 <= after_leg < len(legs):
         raise ValueError(f"--branch after leg {after_leg}: {asset} has legs 1..{len(legs)}, and a branch needs the "
@@ -57,6 +58,8 @@ def branch_points(asset: Path, log: Path, after_leg: int, label: str) -> pd.Data
     offset = sum(leg["train_tokens"] for leg in legs[:after_leg])
     per_step = legs[after_leg]["train_tokens"] / legs[after_leg]["steps"]
     val = pd.read_csv(log)
+    if "val/tau" not in val or val["val/tau"].isna().all():
+        raise ValueError(f"{log} has no validation rows (val/tau): nothing to plot for the branch {label!r}")
     val = val[val["val/tau"].notna()]
     return pd.DataFrame([{"leg": label, "step": int(r["step"]) + 1, "tokens": offset + (int(r["step"]) + 1) * per_step,
                           "val/tau": r["val/tau"], "val/tau_tf": r.get("val/tau_tf"),

@@ -86,6 +86,9 @@ def test_append_leg_to_an_adapter_and_plot_acceptance_over_legs(tmp_path):
     assert arm["val/tau"].tolist() == [2.05, 2.15] and set(arm["leg"]) == {"data arm"}
     with pytest.raises(ValueError, match="legs 1..2"):
         plot_legs.branch_points(shipped, tmp_path / "arm.csv", 2, "x")
+    pd.DataFrame({"step": [0], "train/loss": [3.0]}).to_csv(tmp_path / "noval.csv", index=False)
+    with pytest.raises(ValueError, match="no validation rows"):
+        plot_legs.branch_points(shipped, tmp_path / "noval.csv", 1, "x")
     plot_legs.plot(pts, tmp_path / "p.png", "t", branches=[arm])
     assert (tmp_path / "p.png").stat().st_size > 0
 

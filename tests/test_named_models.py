@@ -34,6 +34,12 @@ def test_a_gated_adapter_folder_resolves_to_its_base(tmp_path):
     (d / "workbench.json").write_text(json.dumps({"init_from": "tiny", "base_fingerprint": "f"}))
     assert named.resolve(str(d)) == (builtin_model_path("tiny"), d)
     assert named.resolve(str(tmp_path)) == (tmp_path, None)          # a plain checkpoint folder is unchanged
+    top = tmp_path / "stacked"                                        # an adapter over that adapter
+    top.mkdir()
+    (top / "adapter_config.json").write_text("{}")
+    (top / "workbench.json").write_text(json.dumps({"init_from": str(d)}))
+    with pytest.raises(NamedModelError, match="itself an adapter"):
+        named.resolve(str(top))
 
 
 def test_no_network_one_line_error_and_nothing_left(cache, monkeypatch):

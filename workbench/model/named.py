@@ -312,7 +312,10 @@ def resolve(spec: str, fetch_missing: bool = True) -> tuple[Path, Path | None]:
         if not meta.get("init_from"):
             raise NamedModelError(f"{p} holds an adapter but no workbench.json naming its base (init_from); pass the "
                                   "folder of a `workbench train lm` run's model/")
-        base, _ = resolve(str(meta["init_from"]), fetch_missing)
+        base, stacked = resolve(str(meta["init_from"]), fetch_missing)
+        if stacked is not None:
+            raise NamedModelError(f"{p} is an adapter over {meta['init_from']}, itself an adapter; one gated adapter "
+                                  "over a base checkpoint is supported (init_from must name the base)")
         return base, p
     return p, None
 
