@@ -31,15 +31,21 @@ def leg_points(asset: Path) -> pd.DataFrame:
     for leg in meta["legs"]:
         if not leg.get("steps") or not leg.get("train_tokens"):
             raise ValueError(f"leg {leg.get('leg')} of {asset} records no steps / train_tokens")
-        per_step = leg["train_tokens"] / leg["steps"]
-        log = pd.read_csv(asset / leg["log"])
-        val = log[log["val/tau"].notna()] if "val/tau" in log else log.iloc[:0]
-        for _, r in val.iterrows():
-            step = int(r["step"]) + 1     # Lightning logs validation after `step` optimizer steps counted from 0
-            rows.append({"leg": leg["leg"], "step": step, "tokens": offset + step * per_step,
-                         "val/tau": r["val/tau"], "val/tau_tf": r.get("val/tau_tf"), "device": leg.get("device", "")})
+        rows += _val_rows(pd.read_csv(asset / leg["log"]), leg["leg"], offset, leg["train_tokens"] / leg["steps"],
+                          leg.get("device", ""))
         offset += leg["train_tokens"]
     return pd.DataFrame(rows)
+
+
+def _val_rows(log: pd.DataFrame, leg, offset: float, per_step: float, device: str) -> list[dict]:
+    """The validation rows of one Lightning CSV ``log`` as :func:`leg_points` rows, ``offset`` tokens in."""
+    val = log[log["val/tau"].notna()] if "val/tau" in log else log.iloc[:0]
+    rows = []
+    for _, r in val.iterrows():
+        step = int(r["step"]) + 1         # Lightning logs validation after `step` optimizer steps counted from 0
+        rows.append({"leg": leg, "step": step, "tokens": offset + step * per_step, "val/tau": r["val/tau"],
+                     "val/tau_tf": r.get("val/tau_tf"), "device": device})
+    return rows
 
 
 #: What ``val/tau`` decodes, and the issue's target for it, by training objective.
@@ -55,15 +61,12 @@ def branch_points(asset: Path, log: Path, after_leg: int, label: str) -> pd.Data
     if not 1 <= after_leg < len(legs):
         raise ValueError(f"--branch after leg {after_leg}: {asset} has legs 1..{len(legs)}, and a branch needs the "
                          "shipped leg after it for its tokens per step")
-    offset = sum(leg["train_tokens"] for leg in legs[:after_leg])
-    per_step = legs[after_leg]["train_tokens"] / legs[after_leg]["steps"]
-    val = pd.read_csv(log)
-    if "val/tau" not in val or val["val/tau"].isna().all():
+    nxt = legs[after_leg]
+    rows = _val_rows(pd.read_csv(log), label, sum(leg["train_tokens"] for leg in legs[:after_leg]),
+                     nxt["train_tokens"] / nxt["steps"], nxt.get("device", ""))
+    if not rows:
         raise ValueError(f"{log} has no validation rows (val/tau): nothing to plot for the branch {label!r}")
-    val = val[val["val/tau"].notna()]
-    return pd.DataFrame([{"leg": label, "step": int(r["step"]) + 1, "tokens": offset + (int(r["step"]) + 1) * per_step,
-                          "val/tau": r["val/tau"], "val/tau_tf": r.get("val/tau_tf"),
-                          "device": legs[after_leg].get("device", "")} for _, r in val.iterrows()])
+    return pd.DataFrame(rows)
 
 
 def plot(points: pd.DataFrame, out: Path, title: str, objective: str = "nld", k: int = 8,

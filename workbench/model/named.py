@@ -31,7 +31,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .io import WORKBENCH_JSON, CheckpointError
+from .io import WORKBENCH_JSON, CheckpointError, read_workbench_json
 
 
 class NamedModelError(CheckpointError):
@@ -308,7 +308,7 @@ def resolve(spec: str, fetch_missing: bool = True) -> tuple[Path, Path | None]:
         raise NamedModelError(f"unknown model {spec!r} (no such path either); valid: {', '.join(all_names())}, or a "
                               "checkpoint directory")
     if (p / "adapter_config.json").is_file():     # a gated-adapter folder (a run's model/, an unshipped leg)
-        meta = json.loads((p / "workbench.json").read_text()) if (p / "workbench.json").is_file() else {}
+        meta = read_workbench_json(p)
         if not meta.get("init_from"):
             raise NamedModelError(f"{p} holds an adapter but no workbench.json naming its base (init_from); pass the "
                                   "folder of a `workbench train lm` run's model/")
