@@ -4,6 +4,7 @@ import torch
 
 from workbench.decoding import get_policy
 from workbench.model.gated_lora import lora_positions, save_gated_adapter
+from workbench.model.io import CheckpointError
 from workbench.model.load import AdapterMismatchError, attach_adapter, load_model
 from workbench.model.masks import dual_stream_allowed
 from workbench.train.lm import LMTrainConfig, build_gated_model
@@ -152,6 +153,10 @@ def test_adapter_round_trip_plain_peft_and_fingerprint(ar_checkpoint, tmp_path):
         next(other.backbone.parameters()).add_(1.0)
     with pytest.raises(AdapterMismatchError, match=model.base_fingerprint):
         attach_adapter(other, tok3, out)
+    # a damaged workbench.json: a one-line CheckpointError, not a JSONDecodeError traceback
+    (out / "workbench.json").write_text('{"base_fingerprint": ')
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        attach_adapter(*load_model(str(ar_checkpoint))[:2], out)
 
 
 @pytest.mark.parametrize("alpha", [None, 12.0])

@@ -3,15 +3,9 @@ model from the cache (:mod:`workbench.model.named`), a named base with its shipp
 Hugging Face checkpoint directory; and picking the torch device."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 
-from .io import CheckpointError, load_checkpoint
-
-#: Written beside a gated adapter's peft files: base fingerprint, mask token, objective and training recipe.
-ADAPTER_JSON = "workbench.json"
+from .io import CheckpointError, load_checkpoint, read_workbench_json
 
 
 class AdapterMismatchError(CheckpointError):
@@ -38,9 +32,9 @@ def resolve_device(name: str) -> torch.device:
 
 
 def read_adapter_meta(adapter_dir) -> dict:
-    """The adapter's ``workbench.json`` (empty dict if absent)."""
-    f = Path(adapter_dir) / ADAPTER_JSON
-    return json.loads(f.read_text()) if f.is_file() else {}
+    """The adapter's ``workbench.json`` (empty dict if absent). Raises
+    :class:`~workbench.model.io.CheckpointError` (one line) when it is not valid JSON."""
+    return read_workbench_json(adapter_dir)
 
 
 def attach_adapter(model, tok, adapter_dir, trainable: bool = False):
