@@ -32,7 +32,7 @@ def main() -> None:
         torch.set_num_threads(a.threads)
     dev = resolve_device(a.device)
     model, tok, _ = load_model(a.model, dev)
-    prompts = make_prompts(by_split(load_corpus("stdlib"), "test"), a.n_prompts, a.prompt_len, a.gen_len)
+    prompts = make_prompts(by_split(load_corpus("stdlib"), "test"), a.n_prompts, a.prompt_len, a.gen_len, tok)
     ids = [list(p.prompt) for p in prompts]
     pad = tok.pad_token_id
     res = {}

@@ -43,7 +43,7 @@ def main() -> None:
     drafter, dtok, _ = load_checkpoint(a.drafter, device=dev)
     check_shared_tokenizer(tok, dtok)
     prompts = [list(p.prompt) for p in make_prompts(by_split(load_corpus("stdlib"), "test"), a.n_prompts,
-                                                     a.prompt_len, a.gen_len)]
+                                                     a.prompt_len, a.gen_len, tok)]
     kw = dict(temperature=a.temperature, pad_id=tok.pad_token_id, precision=a.precision)
     deer_decode(target, drafter, prompts[:1], 16, a.draft_length, sep_id=tok.sep_token_id, **kw)   # warm-up
     ar_decode(target, prompts[:1], 16, **kw)

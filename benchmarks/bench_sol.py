@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--precision", default="fp32")
     a = ap.parse_args()
     model, tok, _ = load_model(a.model, "cpu")
-    prompts = make_prompts(by_split(load_corpus("stdlib"), "test"), a.n_prompts, 192, a.n_blocks * a.block_length)
+    prompts = make_prompts(by_split(load_corpus("stdlib"), "test"), a.n_prompts, 192, a.n_blocks * a.block_length, tok)
     ids = [list(p.prompt) for p in prompts]
     res = {}
     for name, rows, spec in (("batched", 256, False), ("batched_speculative", 256, True), ("one_at_a_time", 1, False)):

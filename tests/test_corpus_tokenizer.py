@@ -127,6 +127,15 @@ def test_bos_convention_is_the_tokenizer_s_own(small_corpus):
     assert all(p.prompt[0] != bos_id for p in make_prompts(docs, 3, 40, 16, plain))
     stream = encode_documents(docs[:3], with_bos)
     assert stream[0] == bos_id and (stream == bos_id).sum() == 3      # one BOS at the start of every document
+    # the model's tokenizer picks the ids: a BPE prompt decodes to the text before its cut, and a byte-level
+    # tokenizer gives the byte path's prompts (callers pass the model's tokenizer whatever it is)
+    from tokenizers import decoders
+
+    plain.backend_tokenizer.decoder = decoders.ByteLevel()
+    p = make_prompts(docs, 1, 40, 16, plain)[0]
+    text = next(d.text for d in docs if d.path == p.path)
+    assert max(p.prompt) >= 256 and plain.decode(list(p.prompt) + list(p.real)) in text
+    assert make_prompts(docs, 5, 40, 16, byte_tokenizer()) == make_prompts(docs, 5, 40, 16)
 
 
 def test_windowed_prompt_encoding_equals_whole_file_encoding(small_corpus, monkeypatch):

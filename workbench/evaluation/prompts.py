@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..corpus import CorpusError, Document
-from ..tokenizer import bos_prefix, encode_bytes, splits_at_whitespace
+from ..tokenizer import bos_prefix, encode_bytes, is_byte_tokenizer, splits_at_whitespace
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,9 @@ def make_prompts(docs: list[Document], n_prompts: int, prompt_len: int, gen_len:
 
     The cut is the start of a line chosen by ``crc32(path)`` (and the round) among lines that leave ≥ ``gen_len``
     tokens after it and ≥ ``min_prompt`` tokens before it, and that no earlier round of the same file chose. A file
-    that has no such line left gives no prompt in that round. ``tokenizer=None`` → byte-level ids.
+    that has no such line left gives no prompt in that round. ``tokenizer=None`` or a byte-level tokenizer
+    (:func:`~workbench.tokenizer.is_byte_tokenizer`) → byte-level ids; pass the model's tokenizer always, so that
+    a BPE model gets BPE prompts.
 
     Prefix-stable: the prompts for ``n_prompts = n`` (or ``per_file = r``) are the first ones for any larger
     value, which is what ``workbench collect --extend`` relies on.
@@ -99,6 +101,8 @@ def make_prompts(docs: list[Document], n_prompts: int, prompt_len: int, gen_len:
     """
     if n_prompts <= 0 or prompt_len <= 0 or gen_len <= 0:
         raise CorpusError("n_prompts, prompt_len and gen_len must be positive")
+    if tokenizer is not None and is_byte_tokenizer(tokenizer):
+        tokenizer = None                     # the byte-level fast path, the same ids
     by_cat: dict[str, list[Document]] = defaultdict(list)
     for d in sorted(docs, key=lambda d: zlib.crc32(d.path.encode())):
         by_cat[d.category].append(d)
