@@ -16,6 +16,8 @@ On ``smollm2-135m-trimode`` (or ``--model``), after a ``--prefix``-token prompt 
   the ``(N, Q, out)`` side, as before 2026-11-26) against its order now (gate on ``A x``, scaling folded into
   ``B``, sum in place), at ``--tokens`` new tokens and at the collector's batch (``--batch`` rows × 8 new tokens,
   all gated);
+* ``cost``: what the adapter adds: the gated ``--tokens`` forward against the same forward with the adapter off,
+  and that base-only forward against one AR token (its cost in AR steps);
 * ``precision``: the AR step in 'bf16' (fp32 weights under bf16 autocast, re-cast at every forward) against
   'bf16-true' (weights stored in bf16, :func:`~workbench.decoding.base.cast_for_precision`), and fp32.
 
@@ -73,13 +75,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=64, help="rows of the collector-shaped gated forward")
-    ap.add_argument("--pairs", default="precision,peft,order",
-                    help="which pairs: precision (AR step), peft (peft's wrapper and layers), order (LoRA path order)")
+    ap.add_argument("--pairs", default="precision,peft,order,cost",
+                    help="which pairs: precision (AR step), peft (peft's wrapper and layers), order (LoRA path "
+                         "order), cost (the adapter's share of a gated forward)")
     args = ap.parse_args()
     pairs = set(args.pairs.split(","))
-    if not pairs <= {"precision", "peft", "order"}:
-        raise SystemExit(f"--pairs: unknown {sorted(pairs - {'precision', 'peft', 'order'})}; "
-                         "valid: precision, peft, order")
+    valid = {"precision", "peft", "order", "cost"}
+    if not pairs <= valid:
+        raise SystemExit(f"--pairs: unknown {sorted(pairs - valid)}; valid: {', '.join(sorted(valid))}")
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)
 
@@ -128,6 +131,11 @@ def main() -> None:
         rows += _peft_pairs(args, model, cache, one, kv1, new, kvq, gate)
     if "order" in pairs:
         rows += _order_pairs(args, model, cache, prefill, new, kvq, gate, g)
+    if "cost" in pairs:
+        rows.append(_pair("gated_forward_lora_cost", _forward(model, new, cache, kvq, gate),
+                          _forward(model, new, cache, kvq, False), ("gated", "adapter_off"), args.n, args.repeats))
+        rows.append(_pair("forward_tokens_vs_ar_step", _forward(model, new, cache, kvq, False),
+                          _forward(model, one, cache, kv1, False), (f"tokens_{q}", "ar_step"), args.n, args.repeats))
     for r in rows:
         print(json.dumps(r))
 
