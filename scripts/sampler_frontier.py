@@ -22,7 +22,6 @@ from workbench.evaluation.prompts import make_prompts
 from workbench.model.load import load_model
 from workbench.sampler.policy import SAMPLER_FALLBACKS
 from workbench.sampler.train import SamplerTrainConfig
-from workbench.tokenizer import is_byte_tokenizer
 
 
 def main() -> None:
@@ -60,7 +59,7 @@ def main() -> None:
     model.eval()
     docs = by_split(load_corpus("stdlib"), "test")
     prompts = make_prompts(docs, args.n_prompts, args.prompt_len, args.gen_len,
-                           None if is_byte_tokenizer(tok) else tok)
+                           tok)
     ecfg = EvalConfig(model=args.model, n_prompts=args.n_prompts, prompt_len=args.prompt_len, gen_len=args.gen_len,
                       block_lengths=[args.block_length], modes=["real"], precision=args.precision,
                       batch_size=args.n_prompts, out_dir=str(out), progress_bar=False)

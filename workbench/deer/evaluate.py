@@ -33,7 +33,6 @@ from ..evaluation.metrics import agreement, repetition_rate
 from ..evaluation.prompts import Prompt, make_prompts
 from ..model.io import read_workbench_json
 from ..speculative.metrics import row_metrics
-from ..tokenizer import is_byte_tokenizer
 from .decode import DeerResult, deer_decode
 from .models import load_drafter, load_target
 from .tables import acceptance_histogram, by_category, compare_tau
@@ -214,7 +213,7 @@ def run_deer_eval(cfg: DeerEvalConfig, target=None, tokenizer=None) -> Path:
     pad = int(tokenizer.pad_token_id)
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
     prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len,
-                           None if is_byte_tokenizer(tokenizer) else tokenizer)
+                           tokenizer)
     common = dict(temperature=cfg.temperature, pad_id=pad, precision=cfg.precision, seed=cfg.seed)
     runs: dict[str, Decoder] = {"ar": lambda ps: ar_decode(target, ps, cfg.gen_len, **common)}
     for name, d in loaded.items():

@@ -30,7 +30,6 @@ import pyarrow.parquet as pq
 from ..corpus import by_split, load_corpus
 from ..decoding.ar import ar_decode
 from ..evaluation.prompts import Prompt, make_prompts
-from ..tokenizer import is_byte_tokenizer
 from ..utils import RunDirError, prepare_run_dir
 
 SIDECAR = "teacher.json"
@@ -95,8 +94,7 @@ class TeacherConfig:
 def teacher_prompts(cfg: TeacherConfig, tokenizer) -> list[Prompt]:
     """The first ``cfg.n_answers`` prompts of the split (a stable prefix: more answers extend the list)."""
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
-    tok = None if is_byte_tokenizer(tokenizer) else tokenizer
-    return make_prompts(docs, cfg.n_answers, cfg.prompt_len, cfg.gen_len, tok, per_file=cfg.per_file)
+    return make_prompts(docs, cfg.n_answers, cfg.prompt_len, cfg.gen_len, tokenizer, per_file=cfg.per_file)
 
 
 def _chunk_path(out: Path, i: int) -> Path:

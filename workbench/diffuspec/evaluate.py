@@ -125,7 +125,6 @@ def run_eval(cfg: DiffuSpecEvalConfig) -> Path:
     from ..decoding.ar import ar_decode
     from ..evaluation.prompts import make_prompts
     from ..model.load import load_model, resolve_device
-    from ..tokenizer import is_byte_tokenizer
     from ..utils import check_out_dir, staged_dir
     from .decode import diffuspec_decode
     from .ngram import ProxyError, load_proxy
@@ -143,7 +142,7 @@ def run_eval(cfg: DiffuSpecEvalConfig) -> Path:
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     prompts = make_prompts(by_split(load_corpus(cfg.corpus), cfg.split), cfg.n_prompts, cfg.prompt_len,
-                           cfg.gen_len, None if is_byte_tokenizer(tok) else tok)
+                           cfg.gen_len, tok)
     methods = cfg.methods()
     warm = [list(prompts[0].prompt)[:32]]
     ar_decode(model, warm, 8, pad_id=pad, precision=cfg.precision)            # warm-up of every path, untimed

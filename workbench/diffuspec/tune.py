@@ -55,7 +55,6 @@ def run(cfg: TuneConfig) -> dict:
     from ..corpus import by_split, load_corpus
     from ..evaluation.prompts import make_prompts
     from ..model.load import load_model
-    from ..tokenizer import is_byte_tokenizer
     from .decode import DiffuSpecConfig, diffuspec_decode
     from .evaluate import load_drafter
     from .ngram import ProxyError, load_proxy
@@ -73,7 +72,7 @@ def run(cfg: TuneConfig) -> dict:
     drafter, kind, sep = load_drafter(cfg.drafter, model, tok)
     prompts = [list(p.prompt) for p in make_prompts(by_split(load_corpus("stdlib"), "validation"), cfg.n_prompts,
                                                     cfg.prompt_len, cfg.gen_len,
-                                                    None if is_byte_tokenizer(tok) else tok)]
+                                                    tok)]
 
     def objective(trial: optuna.Trial) -> float:
         k_min = trial.suggest_int("k_min", 1, 8)

@@ -12,11 +12,10 @@ from .config import AblationConfig, DrafterEvalConfig, EvalOptions
 def _prompts(cfg: EvalOptions, tokenizer):
     from ..corpus import by_split, load_corpus
     from ..evaluation.prompts import make_prompts
-    from ..tokenizer import is_byte_tokenizer
 
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
     return make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len,
-                        None if is_byte_tokenizer(tokenizer) else tokenizer)
+                        tokenizer)
 
 
 def evaluate_to(cfg: EvalOptions, model_spec: str, drafters: dict, run: Path) -> dict:

@@ -20,7 +20,6 @@ from ..corpus import by_split, load_corpus
 from ..decoding import DecodeResult, get_policy
 from ..decoding.base import DecodeError, check_lengths, check_threshold
 from ..model.load import load_model, resolve_device
-from ..tokenizer import is_byte_tokenizer
 from .metrics import (agreement, ar_token_logprobs, first_line, introspective_acceptance, known_words, nan_mean,
                       oov_word_rate, repetition_rate, whitespace_ids, whitespace_share, whitespace_share_multi)
 from .prompts import Prompt, make_prompts
@@ -302,7 +301,7 @@ def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFr
     all_docs = load_corpus(cfg.corpus)
     docs = by_split(all_docs, cfg.split)
     prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len,
-                           None if is_byte_tokenizer(tokenizer) else tokenizer)
+                           tokenizer)
     t0 = time.time()
     df = evaluate_model(model, tokenizer, prompts, cfg, known=known_words(d.text for d in by_split(all_docs, "train")))
     summary = summarize(df)

@@ -83,7 +83,6 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
     from ..evaluation.harness import check_sweep_fits
     from ..evaluation.prompts import make_prompts
     from ..model.load import load_model, resolve_device
-    from ..tokenizer import is_byte_tokenizer
 
     cfg.validate()
     check_out_dir(cfg.out_dir)
@@ -103,9 +102,8 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
 
         adapter_model = load_adapter(load_model(cfg.model, model.device, cfg.add_mask_token)[0], cfg.adapter).eval()
         cast_for_precision(adapter_model, cfg.precision)
-    enc = None if is_byte_tokenizer(tokenizer) else tokenizer
     prompts = make_prompts(by_split(load_corpus(cfg.corpus), cfg.split), cfg.n_prompts, cfg.prompt_len,
-                           cfg.gen_len, enc)
+                           cfg.gen_len, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     eos = tokenizer.eos_token_id
     ws = whitespace_ids(tokenizer, model.backbone.config.vocab_size)

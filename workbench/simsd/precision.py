@@ -76,7 +76,6 @@ def run(cfg: PrecisionConfig) -> Path:
     from ..deer.models import load_drafter
     from ..evaluation.prompts import make_prompts
     from ..model.load import load_model, resolve_device
-    from ..tokenizer import is_byte_tokenizer
     from ..utils import check_out_dir, staged_dir
 
     check_out_dir(cfg.out_dir)
@@ -92,7 +91,7 @@ def run(cfg: PrecisionConfig) -> Path:
         kind, sep = "deer", drafter.sep_token_id
     b = cfg.block_length
     prompts = make_prompts(by_split(load_corpus(cfg.corpus), "test"), cfg.n_prompts, cfg.prompt_len, b * cfg.blocks,
-                           None if is_byte_tokenizer(tok) else tok)
+                           tok)
     frames = []
     for i, pr in enumerate(prompts):
         context = list(pr.prompt)

@@ -137,7 +137,6 @@ def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
     from ..model.load import load_model, resolve_device
     from ..evaluation.metrics import first_line, repetition_rate
     from ..evaluation.prompts import make_prompts
-    from ..tokenizer import is_byte_tokenizer
 
     cfg.validate()
     check_out_dir(cfg.out_dir)                  # before the search, without creating anything
@@ -145,8 +144,8 @@ def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
     if model is None:
         model, tokenizer, meta = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
     check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
-    enc = None if is_byte_tokenizer(tokenizer) else tokenizer
-    prompts = make_prompts(by_split(load_corpus(cfg.corpus), cfg.split), cfg.n_prompts, cfg.prompt_len, cfg.gen_len, enc)
+    prompts = make_prompts(by_split(load_corpus(cfg.corpus), cfg.split), cfg.n_prompts, cfg.prompt_len, cfg.gen_len,
+                           tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     rows, outputs, ss_rows = [], [], []
     t0 = time.time()

@@ -99,7 +99,6 @@ def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
     from ..decoding.base import cast_for_precision
     from ..model.load import load_model, resolve_device
     from ..evaluation.prompts import make_prompts
-    from ..tokenizer import is_byte_tokenizer
     from ..utils import check_out_dir, staged_dir
     from .evaluate import default_methods, evaluate_speculation, summarize_speculation
 
@@ -112,7 +111,7 @@ def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
         cast_for_precision(model, cfg.precision)
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
     prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len,
-                           None if is_byte_tokenizer(tokenizer) else tokenizer)
+                           tokenizer)
     methods = default_methods(cfg.draft_lengths, cfg.quadratic_draft_lengths, cfg.ensemble_lambdas,
                               cfg.temperature, cfg.seed)
     t0 = time.time()

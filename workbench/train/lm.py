@@ -612,10 +612,9 @@ def validation_prompts(cfg: LMTrainConfig, tok) -> list[tuple[list[int], list[in
         return []
     from ..corpus import by_split, load_corpus
     from ..evaluation.prompts import make_prompts
-    from ..tokenizer import is_byte_tokenizer
 
     docs = by_split(load_corpus(cfg.corpus), "validation")
-    ps = make_prompts(docs, cfg.val_prompts, 128, cfg.val_gen_len, None if is_byte_tokenizer(tok) else tok)
+    ps = make_prompts(docs, cfg.val_prompts, 128, cfg.val_gen_len, tok)
     return [(list(p.prompt), list(p.real)) for p in ps]
 
 

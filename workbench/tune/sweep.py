@@ -113,13 +113,11 @@ class ThresholdObjective:
         from ..sampler.policy import LoadedSampler
         from ..model.load import load_model, resolve_device
         from ..evaluation.prompts import make_prompts
-        from ..tokenizer import is_byte_tokenizer
 
         self.cfg = cfg
         self.model, self.tok, _ = load_model(cfg.model, resolve_device("auto"))
-        enc = None if is_byte_tokenizer(self.tok) else self.tok
         self.prompts = make_prompts(by_split(load_corpus(cfg.corpus), "test"), cfg.n_prompts, cfg.prompt_len,
-                                    cfg.gen_len, enc)
+                                    cfg.gen_len, self.tok)
         self.extra = ({"sampler": LoadedSampler.load(cfg.sampler, self.model.device), "fallback": cfg.sampler_fallback}
                       if cfg.policy == "sampler" else {})
         self._serial: dict[int, list[list[int]]] = {}
