@@ -31,12 +31,6 @@ def resolve_device(name: str) -> torch.device:
     return dev
 
 
-def read_adapter_meta(adapter_dir) -> dict:
-    """The adapter's ``workbench.json`` (empty dict if absent). Raises
-    :class:`~workbench.model.io.CheckpointError` (one line) when it is not valid JSON."""
-    return read_workbench_json(adapter_dir)
-
-
 def attach_adapter(model, tok, adapter_dir, trainable: bool = False):
     """Load the gated adapter in ``adapter_dir`` onto ``model`` (whose backbone is the plain base).
 
@@ -51,7 +45,7 @@ def attach_adapter(model, tok, adapter_dir, trainable: bool = False):
     from .io import add_embedding_rows
     from .trimode import TriModeLM
 
-    meta = read_adapter_meta(adapter_dir)
+    meta = read_workbench_json(adapter_dir)
     want = meta.get("base_fingerprint")
     got = weights_fingerprint(model.backbone)
     if want and want != got:
@@ -87,8 +81,8 @@ def load_model(spec: str, device="cpu", add_mask_token: bool = False, dtype: tor
                                        dtype=dtype)
     if adapter is not None:
         model, tok = attach_adapter(model, tok, adapter)
-        meta = {**meta, "adapter": str(adapter), "adapter_meta": read_adapter_meta(adapter)}
+        meta = {**meta, "adapter": str(adapter), "adapter_meta": read_workbench_json(adapter)}
     return model, tok, meta
 
 
-__all__ = ["load_model", "resolve_device", "attach_adapter", "read_adapter_meta", "AdapterMismatchError"]
+__all__ = ["load_model", "resolve_device", "attach_adapter", "AdapterMismatchError"]
