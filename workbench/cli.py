@@ -97,6 +97,8 @@ def _commands():
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``workbench`` command: dispatch ``argv`` (default ``sys.argv[1:]``) to a stage's CLI; returns the exit code
+    (0 ok, 2 usage error, 1 a one-line error from the stage)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)

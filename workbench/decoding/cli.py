@@ -74,6 +74,7 @@ def _artefact(cfg: DecodeConfig, model, tok):
 
 
 def main(argv: list[str]) -> int:
+    """``workbench decode``: decode prompts with a registered policy and print or save them; returns the exit code."""
     from ..cli_args import parse_dataclass
     from ..model.load import load_model, resolve_device
     from ..tokenizer import bos_prefix

@@ -37,6 +37,7 @@ class SpanBatch:
         return torch.cat([sep, noisy], 1), torch.cat([self.context_valid, ones, self.span_valid], 1)
 
     def to(self, device) -> "SpanBatch":
+        """This batch on ``device``."""
         return SpanBatch(*(x.to(device) for x in (self.context, self.context_valid, self.span, self.span_valid)))
 
 

@@ -35,6 +35,7 @@ class TeacherRows:
         return len(self.prompt_id)
 
     def subset(self, idx: list[int]) -> "TeacherRows":
+        """The rows at ``idx``, in that order, with the same settings."""
         return TeacherRows([self.prompt_id[i] for i in idx], [self.category[i] for i in idx],
                            [self.prompt[i] for i in idx], [self.answer[i] for i in idx], self.settings)
 

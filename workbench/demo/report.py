@@ -11,6 +11,7 @@ from .stages import collection, deer, leaderboard, lora, sampler, sol
 
 
 def headline(summary: pd.DataFrame) -> dict:
+    """Per decoding mode, the confidence row at the headline block length and threshold (TPF, agreement...)."""
     out = {}
     for mode in summary["mode"].unique():
         s = summary[(summary["mode"] == mode) & (summary["policy"] == "confidence")
@@ -77,6 +78,8 @@ def _verdict(met: bool) -> str:
 
 
 def report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curves) -> str:
+    """The demo's ``report.md`` as Markdown: headline targets, decoding table, example continuations and each
+    stage's section."""
     h, held = metrics["headline"], metrics["heldout"]
     b, t = HEADLINE["block_length"], HEADLINE["threshold"]
     lines = ["# Workbench demo report", "",

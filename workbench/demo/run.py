@@ -126,6 +126,7 @@ def run_demo(cfg: DemoConfig) -> Path:
 
 
 def print_summary(summary: pd.DataFrame, metrics: dict) -> None:
+    """Print the held-out losses and the decoding summary table to the console."""
     from rich.console import Console
     from rich.table import Table
 
@@ -148,6 +149,7 @@ def print_summary(summary: pd.DataFrame, metrics: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """``workbench demo``: run every stage and write the report; returns the exit code."""
     from ..cli_args import parse_dataclass
 
     cfg = parse_dataclass("workbench demo", DemoConfig, argv)

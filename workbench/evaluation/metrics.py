@@ -58,6 +58,7 @@ def oov_word_rate(text: str, known: set[str], min_len: int = 4) -> float:
 
 
 def first_line(text: str) -> str:
+    """``text`` up to its first newline."""
     return text.split("\n", 1)[0]
 
 
@@ -168,5 +169,6 @@ def introspective_acceptance(q: list[list[float]], logp: list[list[float]]) -> f
 
 
 def nan_mean(xs) -> float:
+    """Mean of ``xs`` ignoring ``None`` and NaN; NaN when nothing is left."""
     xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
     return float(np.mean(xs)) if xs else float("nan")

@@ -108,6 +108,7 @@ class TriModeLM(nn.Module):
 
     @property
     def has_mask_token(self) -> bool:
+        """True when the vocabulary has a mask token (diffusion mode needs one; AR mode does not)."""
         return self._mask_token_id is not None
 
     @property
@@ -117,10 +118,12 @@ class TriModeLM(nn.Module):
 
     @property
     def device(self) -> torch.device:
+        """The device of the backbone's parameters."""
         return next(self.backbone.parameters()).device
 
     @property
     def mask_dtype(self) -> torch.dtype:
+        """The dtype of the backbone's parameters, used for additive attention masks."""
         return next(self.backbone.parameters()).dtype
 
     # ------------------------------------------------------------------ training

@@ -44,6 +44,7 @@ class AttentionLayout:
 
     @property
     def windowed(self) -> bool:
+        """True when some layer attends through a sliding window."""
         return self.window is not None
 
 

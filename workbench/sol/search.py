@@ -45,6 +45,7 @@ class Budget:
     spent: int = 0
 
     def take(self) -> bool:
+        """Spend one simulation forward; False (nothing spent) when the budget is empty."""
         if self.left <= 0:
             return False
         self.left -= 1
@@ -109,6 +110,8 @@ def greedy(s: torch.Tensor, t: torch.Tensor, mask_id: int, budget: Budget | None
 
 @dataclass
 class CompactionResult:
+    """Outcome of :func:`compaction` for one block: success, SOL forwards, forced commits and the commit path."""
+
     success: bool | None          # None: over budget (simulations only)
     forwards: int = 0
     forced: int = 0

@@ -108,9 +108,11 @@ class Speculator(Protocol):
     """One self-speculation scheme: ``start`` runs at the beginning of every segment (e.g. an initial
     draft), ``cycle`` runs one draft + verify cycle and returns the tokens each row emits."""
 
-    def start(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> None: ...
+    def start(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> None:
+        """Prepare a segment for the ``active`` rows ``(N,)`` bool (count any forward in ``tally``)."""
 
-    def cycle(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> list[list[int]]: ...
+    def cycle(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> list[list[int]]:
+        """One draft + verify cycle; per row, the tokens it emits (empty for inactive rows)."""
 
 
 def run_speculation(model, spec: Speculator, prompts: list[list[int]], gen_len: int, lookahead: int,

@@ -46,6 +46,8 @@ class LinearSpeculator:
         """Nothing to prepare: every cycle drafts afresh."""
 
     def cycle(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> list[list[int]]:
+        """Draft ``k`` tokens with the adapter, verify them with the base; per row, the accepted tokens plus the
+        verifier's correction or bonus token (NLD §3.3, linear self-speculation)."""
         m, k = self.model, self.k
         z = draft_forward(m, ctx, k)
         draft, q = pick_draft(z, self.temperature, self.generator)

@@ -25,6 +25,7 @@ class StoreVerifyConfig:
 
 
 def main(argv: list[str]) -> int:
+    """``workbench store info|verify``: print a store's summary or check it; returns the exit code."""
     from ..cli_args import parse_dataclass
     from .store import store_info, verify_store
 

@@ -129,6 +129,7 @@ class ThresholdObjective:
                         self.tok.pad_token_id or 0, block_length=b, precision=self.cfg.precision, **kw)
 
     def serial(self, b: int) -> list[list[int]]:
+        """The serial decode at block length ``b`` (the agreement reference), decoded once and cached."""
         if b not in self._serial:
             self._serial[b] = self._decode("serial", b).tokens
         return self._serial[b]
