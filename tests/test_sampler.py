@@ -242,3 +242,31 @@ def test_train_reaches_auc_saves_and_resumes(store, tmp_path, monkeypatch):
     assert main(argv[:-1] + ["13"]) == 0 and not (out / "logs/version_1").exists()    # one log (issue 27 §3)
     m2 = json.loads((out / "metrics.json").read_text())
     assert m2["global_step"] == m1["global_step"] // 12 * 13 and m2["epoch"] == 13
+
+
+def test_validation_interval_rule():
+    from workbench.sampler.train import SamplerTrainConfig, validation_interval
+
+    assert validation_interval(SamplerTrainConfig(val_every=7, max_steps=3), 10) == 7
+    assert validation_interval(SamplerTrainConfig(max_steps=3), 10) == 3            # ends inside epoch 1
+    assert validation_interval(SamplerTrainConfig(max_steps=25), 10) is None        # epoch ends validate
+    assert validation_interval(SamplerTrainConfig(), 10) is None
+
+
+def test_max_steps_inside_first_epoch_still_validates(store, tmp_path, monkeypatch):
+    """A store larger than ``max_steps`` batches (the 409 k-row SmolLM2 store at 1,300 steps) once ended with
+    no validation, so early stopping raised for a missing val/auc; the last step now validates."""
+    from conftest import REPO
+    from workbench.sampler.data import SamplerDataModule
+    from workbench.sampler.train import main
+
+    monkeypatch.chdir(REPO)
+    spe = SamplerDataModule(str(store), 8, 64, 144, 0.2, "traj", 0, 0, 256, 4).train_steps_per_epoch()
+    assert spe >= 3
+    out = tmp_path / "run"
+    assert main(["--config", "workbench/configs/sampler_micro.yaml", "--store", str(store), "--out_dir", str(out),
+                 "--progress_bar", "false", "--max_steps", str(spe - 1)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["global_step"] == spe - 1
+    assert m["best_val_auc"] is not None and "val/auc" in m
+    assert (out / "checkpoints/last.ckpt").exists()

@@ -74,7 +74,8 @@ class SamplerTrainConfig(DeviceConfig):
     patience: int = 3
     """Early stopping: validations without a val/auc improvement before stopping."""
     val_every: int | None = None
-    """Validate every this many training steps (None: at the end of every epoch)."""
+    """Validate every this many training steps (None: at the end of every epoch, or at the last step when
+    ``max_steps`` ends the run inside its first epoch)."""
     val_fraction: float = 0.1
     """Share of prompts (or trajectories, see split_by) held out for validation."""
     split_by: str = "prompt"
@@ -121,6 +122,15 @@ def _model_fingerprint(spec: str) -> str:
     return model_fingerprint(model)
 
 
+def validation_interval(cfg: SamplerTrainConfig, steps_per_epoch: int) -> int | None:
+    """Optimiser steps between validations: ``cfg.val_every`` when set; else ``None`` (at each epoch's end), except
+    when ``max_steps`` ends the run inside its first epoch (``steps_per_epoch`` steps): then ``max_steps``, so the run
+    still validates once, at its last step, and early stopping and the best checkpoint have a ``val/auc``."""
+    if cfg.val_every:
+        return cfg.val_every
+    return cfg.max_steps if 0 < cfg.max_steps < steps_per_epoch else None
+
+
 def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Path:
     """Train (or resume) a sampler; returns the saved sampler directory ``out_dir/sampler``.
 
@@ -133,27 +143,29 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
     stores = [cfg.store, *cfg.extra_stores] if cfg.extra_stores else cfg.store
     data = SamplerDataModule(stores, cfg.block_length, cfg.batch_size, cfg.feature_dim, cfg.val_fraction,
                              cfg.split_by, cfg.num_workers, cfg.seed, cfg.block_rows, cfg.buffer_blocks, fingerprint)
+    steps_per_epoch = data.train_steps_per_epoch()
+    val_every = validation_interval(cfg, steps_per_epoch)
     ckpt_dir = Path(cfg.out_dir) / "checkpoints"
     best = ModelCheckpoint(dirpath=ckpt_dir, filename="best-{epoch}-{step}", monitor="val/auc", mode="max",
                            save_top_k=1, auto_insert_metric_name=False)
     # the resume point: at the end of every epoch once it is complete (a resume then starts the next epoch), and
-    # with val_every also every val_every steps (a resume skips the batches of that epoch already trained on)
+    # with a validation interval also every val_every steps (a resume skips the batches of that epoch already trained on)
     last_ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0, save_on_train_epoch_end=True,
-                                every_n_train_steps=cfg.val_every or None)
+                                every_n_train_steps=val_every)
     stop = EarlyStopping(monitor="val/auc", mode="max", patience=cfg.patience, check_finite=False)
     # devices and the global-batch rule are checked before the run directory is written
-    trainer, plan = make_trainer(cfg, cfg.batch_size, val_check_steps=cfg.val_every, max_epochs=cfg.max_epochs,
+    trainer, plan = make_trainer(cfg, cfg.batch_size, val_check_steps=val_every, max_epochs=cfg.max_epochs,
                                  max_steps=cfg.max_steps, precision=cfg.precision,
                                  logger=CSVLogger(cfg.out_dir, name="logs", version=0),
                                  callbacks=[best, last_ckpt, stop, RngState(), *(callbacks or [])],
                                  enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
-                                 **({} if cfg.val_every else {"check_val_every_n_epoch": 1}))
+                                 **({} if val_every else {"check_val_every_n_epoch": 1}))
     data.per_device_batch = plan.per_device
     out = write_run_config(cfg.out_dir, asdict(cfg))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     scfg = cfg.sampler_config()
     net = SamplerNet(scfg)
-    total = cfg.max_steps if cfg.max_steps > 0 else cfg.max_epochs * data.train_steps_per_epoch()
+    total = cfg.max_steps if cfg.max_steps > 0 else cfg.max_epochs * steps_per_epoch
     module = SamplerModule(net, cfg.lr, cfg.weight_decay, min(cfg.warmup_steps, total // 10), total)
     last = ckpt_dir / "last.ckpt"
     warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
