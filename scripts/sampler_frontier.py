@@ -58,8 +58,7 @@ def main() -> None:
     model, tok, _ = load_model(args.model)
     model.eval()
     docs = by_split(load_corpus("stdlib"), "test")
-    prompts = make_prompts(docs, args.n_prompts, args.prompt_len, args.gen_len,
-                           tok)
+    prompts = make_prompts(docs, args.n_prompts, args.prompt_len, args.gen_len, tok)
     ecfg = EvalConfig(model=args.model, n_prompts=args.n_prompts, prompt_len=args.prompt_len, gen_len=args.gen_len,
                       block_lengths=[args.block_length], modes=["real"], precision=args.precision,
                       batch_size=args.n_prompts, out_dir=str(out), progress_bar=False)

@@ -257,15 +257,16 @@ def test_max_steps_inside_first_epoch_still_validates(store, tmp_path, monkeypat
     """A store larger than ``max_steps`` batches (the 409 k-row SmolLM2 store at 1,300 steps) once ended with
     no validation, so early stopping raised for a missing val/auc; the last step now validates."""
     from conftest import REPO
-    from workbench.sampler.data import SamplerDataModule
-    from workbench.sampler.train import main
+    from workbench.cli_args import parse_dataclass
+    from workbench.sampler.train import SamplerTrainConfig, main, sampler_data
 
     monkeypatch.chdir(REPO)
-    spe = SamplerDataModule(str(store), 8, 64, 144, 0.2, "traj", 0, 0, 256, 4).train_steps_per_epoch()
-    assert spe >= 3
     out = tmp_path / "run"
-    assert main(["--config", "workbench/configs/sampler_micro.yaml", "--store", str(store), "--out_dir", str(out),
-                 "--progress_bar", "false", "--max_steps", str(spe - 1)]) == 0
+    argv = ["--config", "workbench/configs/sampler_micro.yaml", "--store", str(store), "--out_dir", str(out),
+            "--progress_bar", "false"]
+    spe = sampler_data(parse_dataclass("test", SamplerTrainConfig, argv)).train_steps_per_epoch()
+    assert spe >= 3
+    assert main(argv + ["--max_steps", str(spe - 1)]) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert m["global_step"] == spe - 1
     assert m["best_val_auc"] is not None and "val/auc" in m

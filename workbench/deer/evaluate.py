@@ -212,8 +212,7 @@ def run_deer_eval(cfg: DeerEvalConfig, target=None, tokenizer=None) -> Path:
     loaded = {name: load_drafter(path, target, tokenizer) for name, path in drafters.items()}
     pad = int(tokenizer.pad_token_id)
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
-    prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len,
-                           tokenizer)
+    prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len, tokenizer)
     common = dict(temperature=cfg.temperature, pad_id=pad, precision=cfg.precision, seed=cfg.seed)
     runs: dict[str, Decoder] = {"ar": lambda ps: ar_decode(target, ps, cfg.gen_len, **common)}
     for name, d in loaded.items():

@@ -71,8 +71,7 @@ def run(cfg: TuneConfig) -> dict:
     proxy = load_proxy(proxy_path, tok)
     drafter, kind, sep = load_drafter(cfg.drafter, model, tok)
     prompts = [list(p.prompt) for p in make_prompts(by_split(load_corpus("stdlib"), "validation"), cfg.n_prompts,
-                                                    cfg.prompt_len, cfg.gen_len,
-                                                    tok)]
+                                                    cfg.prompt_len, cfg.gen_len, tok)]
 
     def objective(trial: optuna.Trial) -> float:
         k_min = trial.suggest_int("k_min", 1, 8)

@@ -14,8 +14,7 @@ def _prompts(cfg: EvalOptions, tokenizer):
     from ..evaluation.prompts import make_prompts
 
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
-    return make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len,
-                        tokenizer)
+    return make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len, tokenizer)
 
 
 def evaluate_to(cfg: EvalOptions, model_spec: str, drafters: dict, run: Path) -> dict:

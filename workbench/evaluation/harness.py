@@ -300,8 +300,7 @@ def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFr
     check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
     all_docs = load_corpus(cfg.corpus)
     docs = by_split(all_docs, cfg.split)
-    prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len,
-                           tokenizer)
+    prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len, tokenizer)
     t0 = time.time()
     df = evaluate_model(model, tokenizer, prompts, cfg, known=known_words(d.text for d in by_split(all_docs, "train")))
     summary = summarize(df)

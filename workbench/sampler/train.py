@@ -122,6 +122,15 @@ def _model_fingerprint(spec: str) -> str:
     return model_fingerprint(model)
 
 
+def sampler_data(cfg: SamplerTrainConfig, fingerprint: str | None = None) -> SamplerDataModule:
+    """The :class:`~workbench.sampler.data.SamplerDataModule` of ``cfg``'s store(s), reader and split settings;
+    ``fingerprint``: the model fingerprint the stores must carry (None: unchecked). Raises
+    :class:`~workbench.trajectories.store.StoreError` as the data module does."""
+    stores = [cfg.store, *cfg.extra_stores] if cfg.extra_stores else cfg.store
+    return SamplerDataModule(stores, cfg.block_length, cfg.batch_size, cfg.feature_dim, cfg.val_fraction,
+                             cfg.split_by, cfg.num_workers, cfg.seed, cfg.block_rows, cfg.buffer_blocks, fingerprint)
+
+
 def validation_interval(cfg: SamplerTrainConfig, steps_per_epoch: int) -> int | None:
     """Optimiser steps between validations: ``cfg.val_every`` when set; else ``None`` (at each epoch's end), except
     when ``max_steps`` ends the run inside its first epoch (``steps_per_epoch`` steps): then ``max_steps``, so the run
@@ -140,16 +149,15 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
     """
     cfg.validate()
     fingerprint = _model_fingerprint(cfg.model) if cfg.model else None
-    stores = [cfg.store, *cfg.extra_stores] if cfg.extra_stores else cfg.store
-    data = SamplerDataModule(stores, cfg.block_length, cfg.batch_size, cfg.feature_dim, cfg.val_fraction,
-                             cfg.split_by, cfg.num_workers, cfg.seed, cfg.block_rows, cfg.buffer_blocks, fingerprint)
+    data = sampler_data(cfg, fingerprint)
     steps_per_epoch = data.train_steps_per_epoch()
     val_every = validation_interval(cfg, steps_per_epoch)
     ckpt_dir = Path(cfg.out_dir) / "checkpoints"
     best = ModelCheckpoint(dirpath=ckpt_dir, filename="best-{epoch}-{step}", monitor="val/auc", mode="max",
                            save_top_k=1, auto_insert_metric_name=False)
     # the resume point: at the end of every epoch once it is complete (a resume then starts the next epoch), and
-    # with a validation interval also every val_every steps (a resume skips the batches of that epoch already trained on)
+    # with a validation interval also every val_every steps (a resume skips the batches of that epoch already
+    # trained on)
     last_ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0, save_on_train_epoch_end=True,
                                 every_n_train_steps=val_every)
     stop = EarlyStopping(monitor="val/auc", mode="max", patience=cfg.patience, check_finite=False)

@@ -110,8 +110,7 @@ def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
             attach_adapter(model, cfg.adapter)
         cast_for_precision(model, cfg.precision)
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
-    prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len,
-                           tokenizer)
+    prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len, tokenizer)
     methods = default_methods(cfg.draft_lengths, cfg.quadratic_draft_lengths, cfg.ensemble_lambdas,
                               cfg.temperature, cfg.seed)
     t0 = time.time()
