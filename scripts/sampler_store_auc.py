@@ -4,7 +4,11 @@ states of another trajectory policy than the one it was trained on (NLD App. A c
 A serial store's states have exactly ``step`` positions committed at step ``step`` (one per forward), so its
 ``step / B`` and committed-fraction features are equal on every row; a parallel decoder's states are not. Scoring
 a serial-trained sampler on the hybrid store's held-out prompts measures what that costs. Also splits the rows into
-single-commit states (committed count = step) and multi-commit ones. Prints one JSON line per sampler::
+single-commit states (committed count = step) and multi-commit ones. Per block state it also counts what a
+threshold on each score commits before its first wrong token (:func:`~workbench.sampler.ranking.safe_prefix`),
+against the oracle's count of correct positions (:func:`~workbench.sampler.ranking.oracle_commits`), and how often
+each score's top-ranked position is correct (the one position a step commits at a high threshold). Prints one JSON
+line per sampler::
 
     python scripts/sampler_store_auc.py --store runs/smollm2_store_hybrid/trajectories.zarr \\
         --samplers runs/smollm2_sampler_serial/sampler_attention/sampler runs/smollm2_sampler_mixed/sampler_attention/sampler
@@ -20,6 +24,7 @@ import torch
 from workbench.sampler.data import SamplerDataModule
 from workbench.sampler.module import auc
 from workbench.sampler.network import load_sampler
+from workbench.sampler.ranking import oracle_commits, safe_prefix
 from workbench.trajectories.features import STAT_NAMES
 from workbench.trajectories.store import StoreReader
 
@@ -38,6 +43,8 @@ def main() -> None:
     i_step = 3 * spec["pca_dim"] + STAT_NAMES.index("step_over_B")       # the step / B feature's column
     probs: dict[str, list] = {s: [] for s in nets}
     top1, labels, multi = [], [], []
+    prefix: dict[str, list] = {"top1_prob": [], **{s: [] for s in nets}}      # (states,) safe prefix per score
+    oracle = []
     with torch.no_grad():
         for batch in dm.val_dataloader():
             m = batch["masked"]
@@ -46,14 +53,26 @@ def main() -> None:
             multi.append(np.repeat((committed != step).numpy(), m.sum(dim=1).numpy()))
             top1.append(batch["top1_prob"][m].numpy())
             labels.append(batch["label"][m].numpy())
+            live = m.any(dim=1)                                             # states with a masked position
+            oracle.append(oracle_commits(batch["label"], m)[live].numpy())
+            prefix["top1_prob"].append(safe_prefix(batch["top1_prob"], batch["label"], m)[live].numpy())
             for s, net in nets.items():
-                probs[s].append(torch.sigmoid(net(batch["features"]))[m].numpy())
+                score = torch.sigmoid(net(batch["features"]))
+                probs[s].append(score[m].numpy())
+                prefix[s].append(safe_prefix(score, batch["label"], m)[live].numpy())
     top1, labels, multi = np.concatenate(top1), np.concatenate(labels), np.concatenate(multi)
+    oracle = np.concatenate(oracle)
+    prefix = {k: np.concatenate(v) for k, v in prefix.items()}
     for s in nets:
         p = np.concatenate(probs[s])
         out = {"store": args.store, "sampler": s, "positions": int(len(labels)), "label_rate": float(labels.mean()),
                "auc_sampler": auc(p, labels), "auc_top1_prob": auc(top1, labels),
-               "multi_commit_share": float(multi.mean())}
+               "multi_commit_share": float(multi.mean()), "states": int(len(oracle)),
+               "oracle_commits_mean": float(oracle.mean()),
+               "safe_prefix_mean_sampler": float(prefix[s].mean()),
+               "safe_prefix_mean_top1_prob": float(prefix["top1_prob"].mean()),
+               "top_rank_correct_sampler": float((prefix[s] > 0).mean()),
+               "top_rank_correct_top1_prob": float((prefix["top1_prob"] > 0).mean())}
         for name, sel in (("single_commit", ~multi), ("multi_commit", multi)):
             if sel.any() and 0 < labels[sel].mean() < 1:
                 out[f"auc_sampler_{name}"] = auc(p[sel], labels[sel])

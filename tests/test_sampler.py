@@ -271,3 +271,26 @@ def test_max_steps_inside_first_epoch_still_validates(store, tmp_path, monkeypat
     assert m["global_step"] == spe - 1
     assert m["best_val_auc"] is not None and "val/auc" in m
     assert (out / "checkpoints/last.ckpt").exists()
+
+
+def test_safe_prefix_and_oracle_hand_values():
+    from workbench.sampler.ranking import oracle_commits, safe_prefix
+
+    scores = torch.tensor([[0.9, 0.8, 0.7, 0.1],     # ranked 0, 1, 2, 3: labels T, T, F, T → 2
+                           [0.2, 0.9, 0.5, 0.4],     # ranked 1, 2, 3, 0: labels F first → 0
+                           [0.9, 0.1, 0.8, 0.3],     # position 0 committed (ignored): ranked 2, 3, 1 → T, T, T → 3
+                           [0.5, 0.5, 0.5, 0.5]])    # all committed → 0
+    labels = torch.tensor([[True, True, False, True],
+                           [True, False, True, True],
+                           [False, True, True, True],
+                           [True, True, True, True]])
+    masked = torch.tensor([[True, True, True, True],
+                           [True, True, True, True],
+                           [False, True, True, True],
+                           [False, False, False, False]])
+    assert safe_prefix(scores, labels, masked).tolist() == [2, 0, 3, 0]
+    assert oracle_commits(labels, masked).tolist() == [3, 3, 3, 0]
+    # an oracle score (the label itself) reaches the oracle count; ties keep position order
+    assert safe_prefix(labels.float(), labels, masked).tolist() == [3, 3, 3, 0]
+    with pytest.raises(ValueError, match="one \\(N, B\\) shape"):
+        safe_prefix(scores[:, :3], labels, masked)
