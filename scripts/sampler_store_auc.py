@@ -8,7 +8,7 @@ single-commit states (committed count = step) and multi-commit ones. Per block s
 threshold on each score commits before its first wrong token (:func:`~workbench.sampler.ranking.safe_prefix`),
 against the oracle's count of correct positions (:func:`~workbench.sampler.ranking.oracle_commits`), and how often
 each score's top-ranked position is correct (the one position a step commits at a high threshold). Prints one JSON
-line per sampler::
+line per score (the top-1 probability first, then each sampler)::
 
     python scripts/sampler_store_auc.py --store runs/smollm2_store_hybrid/trajectories.zarr \\
         --samplers runs/smollm2_sampler_serial/sampler_attention/sampler runs/smollm2_sampler_mixed/sampler_attention/sampler
@@ -32,7 +32,8 @@ from workbench.trajectories.store import StoreReader
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", required=True)
-    ap.add_argument("--samplers", nargs="+", required=True, help="sampler directories (`workbench train sampler`)")
+    ap.add_argument("--samplers", nargs="*", default=[],
+                    help="sampler directories (`workbench train sampler`); none: the top-1 probability alone")
     ap.add_argument("--block_length", type=int, default=8)
     ap.add_argument("--val_fraction", type=float, default=0.1, help="the held-out prompts (as training holds out)")
     args = ap.parse_args()
@@ -41,42 +42,35 @@ def main() -> None:
     dm = SamplerDataModule(args.store, args.block_length, batch_size=1024, feature_dim=spec["feature_dim"],
                            val_fraction=args.val_fraction)
     i_step = 3 * spec["pca_dim"] + STAT_NAMES.index("step_over_B")       # the step / B feature's column
-    probs: dict[str, list] = {s: [] for s in nets}
-    top1, labels, multi = [], [], []
-    prefix: dict[str, list] = {"top1_prob": [], **{s: [] for s in nets}}      # (states,) safe prefix per score
-    oracle = []
+    names = ["top1_prob", *nets]
+    probs: dict[str, list] = {s: [] for s in names}                       # per masked position
+    prefix: dict[str, list] = {s: [] for s in names}                      # per block state with a masked position
+    labels, multi, oracle = [], [], []
     with torch.no_grad():
         for batch in dm.val_dataloader():
-            m = batch["masked"]
+            m, y = batch["masked"], batch["label"]
             committed = (~m).sum(dim=1)                                   # (n,) positions committed so far
             step = torch.round(batch["features"][:, 0, i_step] * args.block_length).long()
             multi.append(np.repeat((committed != step).numpy(), m.sum(dim=1).numpy()))
-            top1.append(batch["top1_prob"][m].numpy())
-            labels.append(batch["label"][m].numpy())
-            live = m.any(dim=1)                                             # states with a masked position
-            oracle.append(oracle_commits(batch["label"], m)[live].numpy())
-            prefix["top1_prob"].append(safe_prefix(batch["top1_prob"], batch["label"], m)[live].numpy())
-            for s, net in nets.items():
-                score = torch.sigmoid(net(batch["features"]))
+            labels.append(y[m].numpy())
+            live = m.any(dim=1)
+            oracle.append(oracle_commits(y, m)[live].numpy())
+            scores = {"top1_prob": batch["top1_prob"], **{s: torch.sigmoid(net(batch["features"]))
+                                                          for s, net in nets.items()}}
+            for s, score in scores.items():
                 probs[s].append(score[m].numpy())
-                prefix[s].append(safe_prefix(score, batch["label"], m)[live].numpy())
-    top1, labels, multi = np.concatenate(top1), np.concatenate(labels), np.concatenate(multi)
-    oracle = np.concatenate(oracle)
-    prefix = {k: np.concatenate(v) for k, v in prefix.items()}
-    for s in nets:
-        p = np.concatenate(probs[s])
-        out = {"store": args.store, "sampler": s, "positions": int(len(labels)), "label_rate": float(labels.mean()),
-               "auc_sampler": auc(p, labels), "auc_top1_prob": auc(top1, labels),
+                prefix[s].append(safe_prefix(score, y, m)[live].numpy())
+    labels, multi, oracle = np.concatenate(labels), np.concatenate(multi), np.concatenate(oracle)
+    for s in names:
+        p, pre = np.concatenate(probs[s]), np.concatenate(prefix[s])
+        out = {"store": args.store, "block_length": args.block_length, "score": s, "positions": int(len(labels)),
+               "label_rate": float(labels.mean()), "auc": auc(p, labels),
                "multi_commit_share": float(multi.mean()), "states": int(len(oracle)),
-               "oracle_commits_mean": float(oracle.mean()),
-               "safe_prefix_mean_sampler": float(prefix[s].mean()),
-               "safe_prefix_mean_top1_prob": float(prefix["top1_prob"].mean()),
-               "top_rank_correct_sampler": float((prefix[s] > 0).mean()),
-               "top_rank_correct_top1_prob": float((prefix["top1_prob"] > 0).mean())}
+               "oracle_commits_mean": float(oracle.mean()), "safe_prefix_mean": float(pre.mean()),
+               "top_rank_correct": float((pre > 0).mean())}
         for name, sel in (("single_commit", ~multi), ("multi_commit", multi)):
             if sel.any() and 0 < labels[sel].mean() < 1:
-                out[f"auc_sampler_{name}"] = auc(p[sel], labels[sel])
-                out[f"auc_top1_prob_{name}"] = auc(top1[sel], labels[sel])
+                out[f"auc_{name}"] = auc(p[sel], labels[sel])
         print(json.dumps(out), flush=True)
 
 
