@@ -294,3 +294,26 @@ def test_safe_prefix_and_oracle_hand_values():
     assert safe_prefix(labels.float(), labels, masked).tolist() == [3, 3, 3, 0]
     with pytest.raises(ValueError, match="one \\(N, B\\) shape"):
         safe_prefix(scores[:, :3], labels, masked)
+
+
+def test_sampler_store_auc_script_reports_ranking(store, tmp_path, monkeypatch, capsys):
+    import runpy
+    from pathlib import Path
+
+    torch.manual_seed(0)
+    net = SamplerNet(sampler_preset("micro")).eval()
+    d = save_sampler(net, net.cfg, tmp_path / "s", {"model_fingerprint": "m1"})
+    script = Path(__file__).resolve().parents[1] / "scripts" / "sampler_store_auc.py"
+    monkeypatch.setattr("sys.argv", [str(script), "--store", str(store), "--samplers", str(d),
+                                     "--val_fraction", "0.5"])
+    runpy.run_path(str(script), run_name="__main__")
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    assert [x["score"] for x in lines] == ["top1_prob", str(d)]
+    top1, samp = lines
+    # the synthetic label is "top-1 probability + noise > 0.5": the top-1 probability ranks it well
+    assert top1["auc"] > 0.8 and top1["states"] == samp["states"] > 0
+    assert top1["oracle_commits_mean"] == samp["oracle_commits_mean"] > 0
+    for x in lines:
+        assert 0 <= x["safe_prefix_mean"] <= x["oracle_commits_mean"] and 0 <= x["top_rank_correct"] <= 1
+    # a better ranking commits more before its first error: the informative score beats an untrained sampler
+    assert top1["safe_prefix_mean"] > samp["safe_prefix_mean"]
