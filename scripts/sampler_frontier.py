@@ -37,6 +37,8 @@ def main() -> None:
     ap.add_argument("--max_epochs", type=int, default=4)
     ap.add_argument("--max_steps", type=int, default=-1,
                     help="optimiser steps (-1: max_epochs decides): equal steps compare stores at fixed compute")
+    ap.add_argument("--batch_size", type=int, default=256,
+                    help="block states per optimiser step (at B = 32, 64 sees as many positions as 256 at B = 8)")
     ap.add_argument("--n_prompts", type=int, default=16, help="held-out (test split) prompts of the frontier")
     ap.add_argument("--prompt_len", type=int, default=192)
     ap.add_argument("--gen_len", type=int, default=64)
@@ -49,7 +51,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     base = SamplerTrainConfig(store=args.store, extra_stores=list(args.extra_stores), block_length=args.block_length,
-                              preset=args.preset, batch_size=256, lr=1e-3, warmup_steps=100,
+                              preset=args.preset, batch_size=args.batch_size, lr=1e-3, warmup_steps=100,
                               max_epochs=args.max_epochs, max_steps=args.max_steps, patience=3, model=args.model,
                               num_workers=0, progress_bar=False, resume=True)
     samplers = train_sampler_pair(base, out)
