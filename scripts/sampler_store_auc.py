@@ -55,8 +55,8 @@ def main() -> None:
             labels.append(y[m].numpy())
             live = m.any(dim=1)
             oracle.append(oracle_commits(y, m)[live].numpy())
-            scores = {"top1_prob": batch["top1_prob"], **{s: torch.sigmoid(net(batch["features"]))
-                                                          for s, net in nets.items()}}
+            # sampler logits, not probabilities: a float32 sigmoid saturates to 1.0 and would tie the top positions
+            scores = {"top1_prob": batch["top1_prob"], **{s: net(batch["features"]) for s, net in nets.items()}}
             for s, score in scores.items():
                 probs[s].append(score[m].numpy())
                 prefix[s].append(safe_prefix(score, y, m)[live].numpy())

@@ -290,10 +290,16 @@ def test_safe_prefix_and_oracle_hand_values():
                            [False, False, False, False]])
     assert safe_prefix(scores, labels, masked).tolist() == [2, 0, 3, 0]
     assert oracle_commits(labels, masked).tolist() == [3, 3, 3, 0]
-    # an oracle score (the label itself) reaches the oracle count; ties keep position order
+    # an oracle score (the label itself) reaches the oracle count
     assert safe_prefix(labels.float(), labels, masked).tolist() == [3, 3, 3, 0]
+    # ties are ranked in position order: equal scores over labels T, F, T, T stop after the first
+    tied, every = torch.full((1, 4), 0.5), torch.ones(1, 4, dtype=torch.bool)
+    assert safe_prefix(tied, torch.tensor([[True, False, True, True]]), every).tolist() == [1]
+    assert safe_prefix(tied, torch.tensor([[False, True, True, True]]), every).tolist() == [0]
     with pytest.raises(ValueError, match="one \\(N, B\\) shape"):
         safe_prefix(scores[:, :3], labels, masked)
+    with pytest.raises(ValueError, match="one \\(N, B\\) shape"):
+        oracle_commits(labels[0], masked[0])
 
 
 def test_sampler_store_auc_script_reports_ranking(store, tmp_path, monkeypatch, capsys):

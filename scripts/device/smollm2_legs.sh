@@ -20,9 +20,10 @@
 #             each stopped by LEG_TIME, then `collect`
 #   store     issue 26 §3 on a GPU, for a short lease (`setup` as for `leg`, the shipped adapter in .gpu/init, then
 #             `store` with chunk b): the planned 1 M-row store of smollm2-135m-trimode (STORE_CONFIG, default
-#             smollm2_collect.yaml at B = 8, or smollm2_collect_b32.yaml with FRONTIER_OPTS="--block_length 32";
-#             STORE_OPTS), its `store info`, then scripts/sampler_frontier.py on it (the sampler pair and the
-#             frontier against confidence, FRONTIER_OPTS, stopped after FRONTIER_TIME seconds); the store stays
+#             smollm2_collect.yaml at B = 8, or smollm2_collect_b32.yaml with
+#             FRONTIER_OPTS="--block_length 32 --batch_size 64"; STORE_OPTS), its `store info`, then
+#             scripts/sampler_frontier.py on it (the sampler pair and the frontier against confidence,
+#             FRONTIER_OPTS, stopped after FRONTIER_TIME seconds); the store stays
 #             there (about 250 MB), its info, the samplers' metrics, the frontier tables and plots come back
 #             in store.tgz, the logs in store_logs.tgz (also when a step fails)
 #
@@ -150,8 +151,9 @@ case "$STAGE" in
     st="$ROOT/runs/store"
     mkdir -p "$st"
     trap 'tar czf "${OUT:?}/store_logs.tgz" -C "$ROOT" logs' EXIT     # the logs come back whatever fails
-    $PY -m workbench.cli collect --config "${STORE_CONFIG:-workbench/configs/smollm2_collect.yaml}" --out "$st/trajectories.zarr" \
-      ${STORE_OPTS:-} > "$ROOT/logs/store.log" 2>&1 || { tail -n 20 "$ROOT/logs/store.log"; exit 1; }
+    $PY -m workbench.cli collect --config "${STORE_CONFIG:-workbench/configs/smollm2_collect.yaml}" \
+      --out "$st/trajectories.zarr" ${STORE_OPTS:-} > "$ROOT/logs/store.log" 2>&1 \
+      || { tail -n 20 "$ROOT/logs/store.log"; exit 1; }
     tail -n 3 "$ROOT/logs/store.log"
     $PY -m workbench.cli store info --store "$st/trajectories.zarr" > "$st/info.json" || echo "store info exited with $?"
     head -c 2000 "$st/info.json"

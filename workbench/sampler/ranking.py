@@ -13,7 +13,8 @@ import torch
 
 def safe_prefix(scores: torch.Tensor, labels: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
     """Per block state, the number of masked positions that a commit in ``scores`` order gets right before its
-    first error: the most that any threshold on ``scores`` commits at that state without a wrong token.
+    first error: the most that any threshold on ``scores`` commits at that state without a wrong token (when no
+    two masked positions tie; a threshold commits a tied group at once).
 
     Masked positions are ranked by ``scores`` (descending; ties in position order); committed positions are
     ignored. The count stops at the first masked position whose label is False.
@@ -47,8 +48,12 @@ def oracle_commits(labels: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
         labels: ``(N, B)`` bool; masked: ``(N, B)`` bool.
 
     Returns:
-        ``(N,)`` int64, in tokens. Raises ``ValueError`` when the shapes differ.
+        ``(N,)`` int64, in tokens.
+
+    Raises:
+        ValueError: when the two shapes differ or are not 2-D.
     """
-    if labels.shape != masked.shape:
-        raise ValueError(f"labels and masked must share one shape, got {tuple(labels.shape)} and {tuple(masked.shape)}")
+    if labels.dim() != 2 or labels.shape != masked.shape:
+        raise ValueError(f"labels and masked must share one (N, B) shape, got {tuple(labels.shape)} and "
+                         f"{tuple(masked.shape)}")
     return (labels.bool() & masked.bool()).long().sum(dim=1)
