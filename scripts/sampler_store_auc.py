@@ -43,7 +43,7 @@ def main() -> None:
                            val_fraction=args.val_fraction)
     i_step = 3 * spec["pca_dim"] + STAT_NAMES.index("step_over_B")       # the step / B feature's column
     names = ["top1_prob", *nets]
-    probs: dict[str, list] = {s: [] for s in names}                       # per masked position
+    position_scores: dict[str, list] = {s: [] for s in names}             # per masked position
     prefix: dict[str, list] = {s: [] for s in names}                      # per block state with a masked position
     labels, multi, oracle = [], [], []
     with torch.no_grad():
@@ -58,11 +58,11 @@ def main() -> None:
             # sampler logits, not probabilities: a float32 sigmoid saturates to 1.0 and would tie the top positions
             scores = {"top1_prob": batch["top1_prob"], **{s: net(batch["features"]) for s, net in nets.items()}}
             for s, score in scores.items():
-                probs[s].append(score[m].numpy())
+                position_scores[s].append(score[m].numpy())
                 prefix[s].append(safe_prefix(score, y, m)[live].numpy())
     labels, multi, oracle = np.concatenate(labels), np.concatenate(multi), np.concatenate(oracle)
     for s in names:
-        p, pre = np.concatenate(probs[s]), np.concatenate(prefix[s])
+        p, pre = np.concatenate(position_scores[s]), np.concatenate(prefix[s])
         out = {"store": args.store, "block_length": args.block_length, "score": s, "positions": int(len(labels)),
                "label_rate": float(labels.mean()), "auc": auc(p, labels),
                "multi_commit_share": float(multi.mean()), "states": int(len(oracle)),

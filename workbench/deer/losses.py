@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..speculative.accept import accepted_prefix_length
+
 
 def deer_loss(logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor, weights: torch.Tensor,
               span_valid: torch.Tensor) -> torch.Tensor:
@@ -38,8 +40,7 @@ def leading_matches(pred: torch.Tensor, targets: torch.Tensor, valid: torch.Tens
     (the target's own greedy continuation), this is exactly the number of draft tokens greedy DEER
     verification would accept at that cut (Alg. 1 at temperature 0), capped at the span length.
     """
-    ok = (pred == targets) & valid
-    return ok.long().cumprod(dim=1).sum(dim=1)
+    return accepted_prefix_length((pred == targets) & valid)
 
 
 def greedy_tau_estimate(accepted: torch.Tensor) -> torch.Tensor:

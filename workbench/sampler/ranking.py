@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from ..speculative.accept import accepted_prefix_length
+
 
 def safe_prefix(scores: torch.Tensor, labels: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
     """Per block state, the number of masked positions that a commit in ``scores`` order gets right before its
@@ -34,10 +36,9 @@ def safe_prefix(scores: torch.Tensor, labels: torch.Tensor, masked: torch.Tensor
         raise ValueError(f"scores, labels and masked must share one (N, B) shape, got {tuple(scores.shape)}, "
                          f"{tuple(labels.shape)} and {tuple(masked.shape)}")
     m = masked.bool()
-    key = torch.where(m, scores.float(), torch.full_like(scores, float("-inf"), dtype=torch.float32))
+    key = scores.float().masked_fill(~m, float("-inf"))                             # committed positions last
     order = torch.sort(key, dim=1, descending=True, stable=True).indices           # (N, B)
-    ok = torch.gather(labels.bool() & m, 1, order)                                  # (N, B) in rank order
-    return ok.long().cumprod(dim=1).sum(dim=1)
+    return accepted_prefix_length(torch.gather(labels.bool() & m, 1, order))        # (N,) in rank order
 
 
 def oracle_commits(labels: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:

@@ -49,9 +49,11 @@ def _check(draft: torch.Tensor, verifier: torch.Tensor) -> None:
                          f"got {tuple(verifier.shape)}")
 
 
-def _first_false(ok: torch.Tensor) -> torch.Tensor:
-    """``(N, k)`` bool -> ``(N,)`` index of the first False (``k`` when all True)."""
-    return ok.long().cumprod(dim=1).sum(dim=1)
+def accepted_prefix_length(ok: torch.Tensor) -> torch.Tensor:
+    """Length of the leading run of True along the last dimension: ``(..., k)`` bool → ``(...)`` long, the index
+    of the first False (``k`` when all are True). With ``ok`` the per-position acceptance of a draft, it is the
+    number of draft tokens greedy verification accepts."""
+    return ok.long().cumprod(dim=-1).sum(dim=-1)
 
 
 def greedy_accept(draft: torch.Tensor, verifier_logits: torch.Tensor) -> AcceptResult:
@@ -69,7 +71,7 @@ def greedy_accept(draft: torch.Tensor, verifier_logits: torch.Tensor) -> AcceptR
     """
     _check(draft, verifier_logits)
     target = verifier_logits.argmax(dim=-1)                        # (N, k + 1)
-    accepted = _first_false(target[:, :-1] == draft)               # (N,)
+    accepted = accepted_prefix_length(target[:, :-1] == draft)               # (N,)
     next_token = target.gather(1, accepted[:, None]).squeeze(1)
     return AcceptResult(accepted, next_token)
 
@@ -101,7 +103,7 @@ def speculative_accept(draft: torch.Tensor, draft_probs: torch.Tensor, verifier_
     q_d = q.gather(2, draft[..., None]).squeeze(2)
     u = torch.rand(n, k, generator=generator, device=draft.device)
     # accept iff u < p/q, i.e. u * q < p (no division; q_d > 0 since d was drawn from q).
-    accepted = _first_false(u * q_d < p_d)                         # (N,)
+    accepted = accepted_prefix_length(u * q_d < p_d)                         # (N,)
     rows = torch.arange(n, device=draft.device)
     p_next = p[rows, accepted]                                     # (N, V)
     q_next = torch.cat([q, torch.zeros_like(q[:, :1])], dim=1)[rows, accepted]   # zeros at the bonus slot

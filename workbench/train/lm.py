@@ -30,6 +30,7 @@ from ..model.noise import mask_blocks
 from ..model.presets import PRESETS, preset_config
 from ..model.trimode import TriModeLM
 from ..model.unlikelihood import repeated_ngram_mask, unlikelihood_loss
+from ..speculative.accept import accepted_prefix_length
 from ..tokenizer import MASK_ID, byte_tokenizer
 from ..utils import RunDirError, is_rank_zero, step_generator, write_run_config
 from ..resume import LogHistory, RngState
@@ -434,7 +435,7 @@ def teacher_forced_tau(draft_logits: torch.Tensor, ar_logits: torch.Tensor, bloc
     n, length = draft.shape
     blocks = length // block_length
     agree = (draft[:, : blocks * block_length] == ver[:, : blocks * block_length]).view(n, blocks, block_length)
-    accepted = agree.long().cumprod(dim=-1).sum(dim=-1)[:, 1:]          # (N, blocks - 1)
+    accepted = accepted_prefix_length(agree)[:, 1:]                      # (N, blocks - 1)
     return (accepted.float() + 1).mean()
 
 
