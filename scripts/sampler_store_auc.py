@@ -7,7 +7,11 @@ a serial-trained sampler on the hybrid store's held-out prompts measures what th
 single-commit states (committed count = step) and multi-commit ones. Per block state it also counts what a
 threshold on each score commits before its first wrong token (:func:`~workbench.sampler.ranking.safe_prefix`),
 against the oracle's count of correct positions (:func:`~workbench.sampler.ranking.oracle_commits`), and how often
-each score's top-ranked position is correct (the one position a step commits at a high threshold). Prints one JSON
+each score's top-ranked position is correct (the one position a step commits at a high threshold). The per-state
+prefix assumes the best threshold for each state; one global threshold, as the decoders use, also needs scores that
+compare across states (:func:`~workbench.sampler.ranking.threshold_commits`): ``global_commits`` gives the most
+tokens a state commits at each per-token error rate in ``--error_levels`` (the offline counterpart of TPF at matched
+agreement, NLD Fig. 8), the forced commit taken by the top-1 probability as the sampler policy does. Prints one JSON
 line per score (the top-1 probability first, then each sampler)::
 
     python scripts/sampler_store_auc.py --store runs/smollm2_store_hybrid/trajectories.zarr \\
@@ -24,7 +28,7 @@ import torch
 from workbench.sampler.data import SamplerDataModule
 from workbench.sampler.module import auc
 from workbench.sampler.network import load_sampler
-from workbench.sampler.ranking import oracle_commits, safe_prefix
+from workbench.sampler.ranking import commits_at_error_rate, oracle_commits, safe_prefix, threshold_commits
 from workbench.trajectories.features import STAT_NAMES
 from workbench.trajectories.store import StoreReader
 
@@ -36,6 +40,9 @@ def main() -> None:
                     help="sampler directories (`workbench train sampler`); none: the top-1 probability alone")
     ap.add_argument("--block_length", type=int, default=8)
     ap.add_argument("--val_fraction", type=float, default=0.1, help="the held-out prompts (as training holds out)")
+    ap.add_argument("--error_levels", type=float, nargs="*", default=[0.001, 0.0025, 0.005, 0.01, 0.02, 0.05],
+                    help="per-token error rates (wrong ÷ committed) at which to report the global-threshold commits")
+    ap.add_argument("--n_thresholds", type=int, default=200, help="thresholds per score: quantiles of its values")
     args = ap.parse_args()
     nets = {s: load_sampler(s)[0].eval() for s in args.samplers}
     spec = StoreReader(args.store, args.block_length).attrs["feature_spec"]
@@ -46,6 +53,7 @@ def main() -> None:
     position_scores: dict[str, list] = {s: [] for s in names}             # per masked position
     prefix: dict[str, list] = {s: [] for s in names}                      # per block state with a masked position
     labels, multi, oracle = [], [], []
+    states: dict[str, list] = {s: [] for s in (*names, "label", "masked")}    # per live block state, (n, B)
     with torch.no_grad():
         for batch in dm.val_dataloader():
             m, y = batch["masked"], batch["label"]
@@ -60,14 +68,23 @@ def main() -> None:
             for s, score in scores.items():
                 position_scores[s].append(score[m].numpy())
                 prefix[s].append(safe_prefix(score, y, m)[live].numpy())
+                states[s].append(score[live].float())
+            states["label"].append(y[live])
+            states["masked"].append(m[live])
     labels, multi, oracle = np.concatenate(labels), np.concatenate(multi), np.concatenate(oracle)
+    st = {k: torch.cat(v) for k, v in states.items()}
+    q = torch.linspace(0.0, 1.0, args.n_thresholds, dtype=torch.float64)
     for s in names:
         p, pre = np.concatenate(position_scores[s]), np.concatenate(prefix[s])
+        taus = np.unique(np.quantile(p, q.numpy()))                           # thresholds in the score's own units
+        commits, errors = threshold_commits(st[s], st["label"], st["masked"], taus, fallback=st["top1_prob"])
         out = {"store": args.store, "block_length": args.block_length, "score": s, "positions": int(len(labels)),
                "label_rate": float(labels.mean()), "auc": auc(p, labels),
                "multi_commit_share": float(multi.mean()), "states": int(len(oracle)),
                "oracle_commits_mean": float(oracle.mean()), "safe_prefix_mean": float(pre.mean()),
-               "top_rank_correct": float((pre > 0).mean())}
+               "top_rank_correct": float((pre > 0).mean()),
+               "global_commits": dict(zip(map(str, args.error_levels),
+                                          commits_at_error_rate(commits, errors, args.error_levels)))}
         for name, sel in (("single_commit", ~multi), ("multi_commit", multi)):
             if sel.any() and 0 < labels[sel].mean() < 1:
                 out[f"auc_{name}"] = auc(p[sel], labels[sel])

@@ -222,7 +222,7 @@ def test_extend_refuses_a_partial_last_item_and_a_changed_prompt_order(tmp_path,
 def test_resume_and_extend_refuse_a_changed_corpus(tmp_path, micro_checkpoint, small_corpus):
     """The store records the digest of its prompt plan: a resume or an --extend on a corpus changed since is
     refused in one line (its work items would no longer be the committed ones); a store from before the digest
-    records it at its next resume."""
+    records it at its next resume. A resume in another precision is refused too."""
     import shutil
 
     import pytest
@@ -242,6 +242,10 @@ def test_resume_and_extend_refuse_a_changed_corpus(tmp_path, micro_checkpoint, s
     collect.run_collect(collect.CollectConfig(out=str(out), n_prompts=10, **kw))          # resume: same prompts
     files = lambda: {f: f.read_bytes() for f in sorted(out.rglob("*")) if f.is_file()}  # noqa: E731
     before = files()
+    # the decode's precision is part of the store: resuming in another one would mix two trajectory sources
+    with pytest.raises(StoreError, match="different settings \\(precision: 'fp32' != 'bf16'\\)"):
+        collect.run_collect(collect.CollectConfig(out=str(out), n_prompts=10, **dict(kw, precision="bf16")))
+    assert files() == before
     for f in corpus.rglob("*.py"):                                       # every cut point now sees other text
         f.write_text("# edited\n" + f.read_text())
     with pytest.raises(StoreError, match=f"collected on other prompts \\(prompt digest {digest} != "):

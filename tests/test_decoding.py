@@ -151,3 +151,30 @@ def test_stop_at_eos_recounts_forwards():
     assert r.tokens == [[1, 2, 9]] and r.forwards == [3] and r.extra_forwards == [1]
     # no EOS: unchanged
     assert stop_at_eos(blk, 99, 4).tokens == blk.tokens
+
+
+def test_auto_precision_follows_native_bf16(monkeypatch):
+    import warnings
+
+    from workbench.decoding import base
+    from workbench.decoding.base import DecodeError, autocast_for, native_bf16, resolve_precision
+
+    cpu = torch.device("cpu")
+    # 'auto' follows oneDNN's own check on this machine, and the explicit names pass through unchanged
+    assert native_bf16(cpu) == bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert resolve_precision("auto", cpu) == ("bf16" if native_bf16(cpu) else "fp32")
+    assert [resolve_precision(p, "cpu") for p in ("fp32", "bf16", "bf16-true")] == ["fp32", "bf16", "bf16-true"]
+    with pytest.raises(DecodeError, match="valid: fp32, bf16, bf16-true"):
+        resolve_precision("fp16", cpu)
+    # both branches of 'auto', whatever this CPU is; bf16 on an emulating CPU warns once, fp32 never
+    for native, want in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(base, "native_bf16", lambda device, native=native: native)
+        assert resolve_precision("auto", cpu) == want
+    monkeypatch.setattr(base, "_SLOW_BF16_WARNED", set())
+    with pytest.warns(UserWarning, match="without native bf16"):
+        with autocast_for(cpu, "bf16"):
+            pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with autocast_for(cpu, "bf16"), autocast_for(cpu, "fp32"):       # second time: already warned
+            pass

@@ -302,6 +302,38 @@ def test_safe_prefix_and_oracle_hand_values():
         oracle_commits(labels[0], masked[0])
 
 
+def test_threshold_commits_hand_values():
+    from workbench.sampler.ranking import commits_at_error_rate, threshold_commits
+
+    scores = torch.tensor([[0.9, 0.8, 0.7, 0.1],     # labels T, T, F, T
+                           [0.2, 0.9, 0.5, 0.4],     # labels T, F, T, T
+                           [0.9, 0.1, 0.8, 0.3]])    # position 0 committed
+    labels = torch.tensor([[True, True, False, True],
+                           [True, False, True, True],
+                           [False, True, True, True]])
+    masked = torch.tensor([[True, True, True, True],
+                           [True, True, True, True],
+                           [False, True, True, True]])
+    commits, errors = threshold_commits(scores, labels, masked, [0.75, 0.45, 0.95])
+    # τ = 0.75: {0, 1}, {1}, {2}; τ = 0.45: {0, 1, 2}, {1, 2}, {2}; τ = 0.95: only the forced top position
+    assert commits.tolist() == [[2, 1, 1], [3, 2, 1], [1, 1, 1]]
+    assert errors.tolist() == [[0, 1, 0], [1, 1, 0], [0, 1, 0]]
+    # another fallback score picks the forced commit: by the label, it is always right
+    _, err = threshold_commits(scores, labels, masked, [0.95], fallback=labels.float())
+    assert err.tolist() == [[0, 0, 0]]
+    # a state with nothing masked commits nothing, whatever the threshold
+    c, _ = threshold_commits(scores[:1], labels[:1], torch.zeros(1, 4, dtype=torch.bool), [0.0])
+    assert c.tolist() == [[0]]
+    # error rates 1/4, 2/6, 1/3 at 4/3, 2, 1 commits per state: at ≤ 0.34 the best is τ = 0.45, at ≤ 0.3 only
+    # τ = 0.75 qualifies, at ≤ 0.2 none
+    best = commits_at_error_rate(commits, errors, [0.34, 0.3, 0.2])
+    assert best[0] == 2.0 and best[1] == pytest.approx(4 / 3) and best[2] is None
+    with pytest.raises(ValueError, match="outside \\[0, 1\\]"):
+        commits_at_error_rate(commits, errors, [1.5])
+    with pytest.raises(ValueError, match="one \\(N, B\\) shape"):
+        threshold_commits(scores[:, :3], labels, masked, [0.5])
+
+
 def test_sampler_store_auc_script_reports_ranking(store, tmp_path, monkeypatch, capsys):
     import runpy
     from pathlib import Path
@@ -321,5 +353,8 @@ def test_sampler_store_auc_script_reports_ranking(store, tmp_path, monkeypatch, 
     assert top1["oracle_commits_mean"] == samp["oracle_commits_mean"] > 0
     for x in lines:
         assert 0 <= x["safe_prefix_mean"] <= x["oracle_commits_mean"] and 0 <= x["top_rank_correct"] <= 1
+        # a looser error rate never commits fewer tokens; every state commits at least its forced position
+        best = [v for v in x["global_commits"].values() if v is not None]
+        assert best == sorted(best) and all(v >= 1.0 for v in best)
     # a better ranking commits more before its first error: the informative score beats an untrained sampler
     assert top1["safe_prefix_mean"] > samp["safe_prefix_mean"]

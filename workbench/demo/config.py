@@ -112,8 +112,9 @@ class DemoConfig:
     """Validation windows (256 tokens) for the held-out loss."""
     batch_size: int = 16
     """Prompts decoded in lockstep."""
-    precision: str = "bf16"
-    """'bf16' (autocast) or 'fp32'."""
+    precision: str = "auto"
+    """'auto' (bf16 autocast where the CPU or GPU has native bf16 matmuls, else fp32: a CPU without AVX-512 BF16 or
+    AMX emulates bf16, several times slower than fp32), 'bf16' (autocast) or 'fp32'."""
     device: str = "auto"
     """'cpu', 'cuda' or 'auto'."""
     add_mask_token: bool = False

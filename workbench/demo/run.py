@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import platform
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +19,7 @@ import torch
 
 from ..corpus import by_split, load_corpus
 from ..data import encode_documents
+from ..decoding.base import resolve_precision
 from ..evaluation.harness import EvalConfig, check_sweep_fits, evaluate_model, summarize
 from ..evaluation.heldout import heldout_losses, unigram_cross_entropy
 from ..evaluation.metrics import known_words
@@ -38,6 +39,9 @@ def run_demo(cfg: DemoConfig) -> Path:
     t_start = time.time()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    # 'auto': bf16 autocast where the device has native bf16 matmuls, fp32 where it would emulate them (slower);
+    # the run's config.json and report record the precision used
+    cfg = replace(cfg, precision=resolve_precision(cfg.precision, resolve_device(cfg.device)))
     ecfg = EvalConfig(model=cfg.model, corpus=cfg.corpus, n_prompts=cfg.n_prompts, prompt_len=cfg.prompt_len,
                       gen_len=cfg.gen_len, block_lengths=cfg.block_lengths, thresholds=cfg.thresholds,
                       modes=cfg.modes, sample_temperatures=cfg.sample_temperatures, batch_size=cfg.batch_size,

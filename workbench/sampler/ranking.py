@@ -58,3 +58,70 @@ def oracle_commits(labels: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"labels and masked must share one (N, B) shape, got {tuple(labels.shape)} and "
                          f"{tuple(masked.shape)}")
     return (labels.bool() & masked.bool()).long().sum(dim=1)
+
+
+def threshold_commits(scores: torch.Tensor, labels: torch.Tensor, masked: torch.Tensor, thresholds,
+                      fallback: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """What one global threshold on ``scores`` commits at every block state, and how many of those commits are
+    wrong: the offline form of the sampler's and confidence's commit rule (NLD §3.2), on stored states.
+
+    Unlike :func:`safe_prefix`, whose per-state count assumes the best threshold for each state, one threshold
+    serves all states, so this also measures how comparable ``scores`` are *across* states (calibration). At each
+    threshold τ a state commits its masked positions with ``score ≥ τ`` and, as the decoders do, at least one: the
+    masked position ranked first by ``fallback`` (default ``scores``; the sampler policy's default fallback is the
+    top-1 probability, :mod:`workbench.sampler.policy`).
+
+    Args:
+        scores: ``(N, B)`` float, any monotone score (probability, logit).
+        labels: ``(N, B)`` bool, ``1[top-1 == final id]``.
+        masked: ``(N, B)`` bool, positions still masked in the state.
+        thresholds: ``(T,)`` float sequence, in the units of ``scores``.
+        fallback: ``(N, B)`` float or None, the score that picks the one forced commit.
+
+    Returns:
+        ``(commits, errors)``, each ``(T, N)`` int64 in tokens: committed positions, and those whose label is False.
+        States with no masked position commit nothing.
+
+    Raises:
+        ValueError: when the shapes differ or are not 2-D.
+    """
+    fb = scores if fallback is None else fallback
+    if scores.dim() != 2 or {scores.shape, labels.shape, masked.shape, fb.shape} != {scores.shape}:
+        raise ValueError(f"scores, labels, masked and fallback must share one (N, B) shape, got "
+                         f"{tuple(scores.shape)}, {tuple(labels.shape)}, {tuple(masked.shape)} and {tuple(fb.shape)}")
+    m, wrong = masked.bool(), ~labels.bool()
+    forced = torch.zeros_like(m)
+    forced.scatter_(1, fb.float().masked_fill(~m, float("-inf")).argmax(dim=1, keepdim=True), True)
+    forced &= m                                                                      # (N, B) one per live state
+    tau = torch.as_tensor(thresholds, dtype=torch.float32).view(-1, 1, 1)            # (T, 1, 1)
+    commit = ((scores.float().unsqueeze(0) >= tau) & m) | forced                     # (T, N, B)
+    return commit.sum(dim=2), (commit & wrong).sum(dim=2)
+
+
+def commits_at_error_rate(commits: torch.Tensor, errors: torch.Tensor, levels) -> list[float | None]:
+    """The upper frontier of a threshold sweep: at each per-token error rate in ``levels``, the most tokens a state
+    commits on average at any threshold whose error rate (wrong commits ÷ commits, pooled over states) is at most
+    that level. The offline counterpart of TPF at matched agreement (NLD Fig. 8).
+
+    Args:
+        commits, errors: ``(T, N)`` from :func:`threshold_commits`.
+        levels: error rates in ``[0, 1]``.
+
+    Returns:
+        one mean (tokens per state) per level, or None where no threshold is that accurate.
+
+    Raises:
+        ValueError: on a level outside ``[0, 1]`` or mismatched shapes.
+    """
+    if commits.shape != errors.shape or commits.dim() != 2:
+        raise ValueError(f"commits and errors must share one (T, N) shape, got {tuple(commits.shape)} and "
+                         f"{tuple(errors.shape)}")
+    mean = commits.double().mean(dim=1)                                              # (T,) tokens per state
+    rate = errors.double().sum(dim=1) / commits.double().sum(dim=1).clamp(min=1)     # (T,)
+    out = []
+    for level in levels:
+        if not 0.0 <= level <= 1.0:
+            raise ValueError(f"error-rate level {level} is outside [0, 1]")
+        ok = rate <= level
+        out.append(float(mean[ok].max()) if ok.any() else None)
+    return out

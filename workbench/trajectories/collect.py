@@ -401,7 +401,10 @@ def check_same_world(path, mine: list[tuple[int, int, list]], rank: int, world: 
 
 
 def store_attrs(cfg: CollectConfig, model, tok, categories: list[str]) -> dict:
-    """Root attributes of a store (schema version is added by the store layer)."""
+    """Root attributes of a store (schema version is added by the store layer). They include the decoding
+    ``precision``: the labels and top-k of a bf16 decode are not an fp32 one's, so a resume in another precision
+    (say fp32 on a CPU that emulates bf16) is refused by :func:`~workbench.trajectories.store.create_store`
+    instead of mixing the two."""
     return {"model_fingerprint": model_fingerprint(model), "tokenizer_hash": tokenizer_hash(tok),
             "policy": cfg.policy, "threshold": cfg.threshold if cfg.policy == "confidence" else None,
             "block_lengths": list(cfg.block_lengths), "feature_spec": feature_spec(cfg.feature_dim),
@@ -409,7 +412,7 @@ def store_attrs(cfg: CollectConfig, model, tok, categories: list[str]) -> dict:
             "corpus_split": cfg.split if cfg.prompts is None else "all", "seed": cfg.seed, "categories": categories,
             "n_prompts": cfg.n_prompts, "prompts_per_file": cfg.prompts_per_file,
             "blocks_per_prompt": cfg.blocks_per_prompt, "context_len": cfg.context_len, "context_layout": CONTEXT_LAYOUT,
-            "batch_size": cfg.batch_size,
+            "batch_size": cfg.batch_size, "precision": cfg.precision,
             "vocab_size": int(model.backbone.config.vocab_size), "mask_token_id": int(model.mask_token_id),
             "model": cfg.model}
 
