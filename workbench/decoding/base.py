@@ -181,9 +181,9 @@ def autocast_for(device: torch.device, precision: str):
         return contextlib.nullcontext()
     if device.type not in _SLOW_BF16_WARNED and not native_bf16(device):
         _SLOW_BF16_WARNED.add(device.type)
-        warnings.warn(f"precision {precision!r} on a {device.type} without native bf16 matmuls (no AVX-512 BF16 or "
-                      "AMX) runs several times slower than 'fp32': use --precision fp32 (or 'auto' in the demo)",
-                      stacklevel=2)
+        why = " (no AVX-512 BF16 or AMX)" if device.type == "cpu" else ""
+        warnings.warn(f"precision {precision!r} on a {device.type} without native bf16 matmuls{why} runs several times "
+                      "slower than 'fp32': use --precision fp32 (or 'auto' in the demo)", stacklevel=2)
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
