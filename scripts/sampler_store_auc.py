@@ -73,10 +73,10 @@ def main() -> None:
             states["masked"].append(m[live])
     labels, multi, oracle = np.concatenate(labels), np.concatenate(multi), np.concatenate(oracle)
     st = {k: torch.cat(v) for k, v in states.items()}
-    q = torch.linspace(0.0, 1.0, args.n_thresholds, dtype=torch.float64)
+    q = np.linspace(0.0, 1.0, args.n_thresholds)
     for s in names:
         p, pre = np.concatenate(position_scores[s]), np.concatenate(prefix[s])
-        taus = np.unique(np.quantile(p, q.numpy()))                           # thresholds in the score's own units
+        taus = np.unique(np.quantile(p, q))                           # thresholds in the score's own units
         commits, errors = threshold_commits(st[s], st["label"], st["masked"], taus, fallback=st["top1_prob"])
         out = {"store": args.store, "block_length": args.block_length, "score": s, "positions": int(len(labels)),
                "label_rate": float(labels.mean()), "auc": auc(p, labels),

@@ -170,11 +170,13 @@ def test_auto_precision_follows_native_bf16(monkeypatch):
     for native, want in ((True, "bf16"), (False, "fp32")):
         monkeypatch.setattr(base, "native_bf16", lambda device, native=native: native)
         assert resolve_precision("auto", cpu) == want
-    monkeypatch.setattr(base, "_SLOW_BF16_WARNED", set())
-    with pytest.warns(UserWarning, match="without native bf16"):
-        with autocast_for(cpu, "bf16"):
-            pass
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with autocast_for(cpu, "bf16"), autocast_for(cpu, "fp32"):       # second time: already warned
-            pass
+    base._warn_if_emulated_bf16.cache_clear()
+    with pytest.warns(UserWarning, match="without native bf16") as first:
+        ctx = autocast_for(cpu, "bf16")
+    assert isinstance(ctx, torch.autocast) and len(first) == 1
+    with warnings.catch_warnings(record=True) as later:
+        warnings.simplefilter("always")
+        assert isinstance(autocast_for(cpu, "bf16"), torch.autocast)                 # already warned
+        assert not isinstance(autocast_for(cpu, "fp32"), torch.autocast)             # fp32: no autocast, no warning
+    assert later == []
+    base._warn_if_emulated_bf16.cache_clear()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from dataclasses import dataclass, field
 
@@ -169,7 +170,14 @@ def resolve_precision(precision: str, device: torch.device | str) -> str:
     return check_precision(precision)
 
 
-_SLOW_BF16_WARNED: set[str] = set()
+@functools.lru_cache(maxsize=None)
+def _warn_if_emulated_bf16(device_type: str, precision: str) -> None:
+    """Warn once per device type and precision when :func:`native_bf16` is False (cached: decoding calls
+    :func:`autocast_for` every forward)."""
+    if not native_bf16(torch.device(device_type)):
+        why = " (no AVX-512 BF16 or AMX)" if device_type == "cpu" else ""
+        warnings.warn(f"precision {precision!r} on a {device_type} without native bf16 matmuls{why} runs several times "
+                      "slower than 'fp32': use --precision fp32 (or 'auto' in the demo)", stacklevel=3)
 
 
 def autocast_for(device: torch.device, precision: str):
@@ -179,11 +187,7 @@ def autocast_for(device: torch.device, precision: str):
     :class:`DecodeError` for an unknown precision."""
     if check_precision(precision) == "fp32":
         return contextlib.nullcontext()
-    if device.type not in _SLOW_BF16_WARNED and not native_bf16(device):
-        _SLOW_BF16_WARNED.add(device.type)
-        why = " (no AVX-512 BF16 or AMX)" if device.type == "cpu" else ""
-        warnings.warn(f"precision {precision!r} on a {device.type} without native bf16 matmuls{why} runs several times "
-                      "slower than 'fp32': use --precision fp32 (or 'auto' in the demo)", stacklevel=2)
+    _warn_if_emulated_bf16(device.type, precision)
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 

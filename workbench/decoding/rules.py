@@ -9,8 +9,9 @@ import torch
 
 
 def most_confident(conf: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
-    """One-hot ``(N, B)`` bool of the masked position with the highest ``conf`` per row (none if no mask)."""
-    c = conf.masked_fill(~masked, -1.0)
+    """One-hot ``(N, B)`` bool of the masked position with the highest ``conf`` per row (none if no mask).
+    ``conf`` is any score where higher is surer (a probability, a logit); ties go to the first position."""
+    c = conf.masked_fill(~masked, float("-inf"))
     one = torch.zeros_like(masked)
     one.scatter_(1, c.argmax(dim=1, keepdim=True), True)
     return one & masked

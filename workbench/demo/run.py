@@ -41,7 +41,8 @@ def run_demo(cfg: DemoConfig) -> Path:
         torch.set_num_threads(cfg.threads)
     # 'auto': bf16 autocast where the device has native bf16 matmuls, fp32 where it would emulate them (slower);
     # the run's config.json and report record the precision used
-    cfg = replace(cfg, precision=resolve_precision(cfg.precision, resolve_device(cfg.device)))
+    device = resolve_device(cfg.device)
+    cfg = replace(cfg, precision=resolve_precision(cfg.precision, device))
     ecfg = EvalConfig(model=cfg.model, corpus=cfg.corpus, n_prompts=cfg.n_prompts, prompt_len=cfg.prompt_len,
                       gen_len=cfg.gen_len, block_lengths=cfg.block_lengths, thresholds=cfg.thresholds,
                       modes=cfg.modes, sample_temperatures=cfg.sample_temperatures, batch_size=cfg.batch_size,
@@ -51,7 +52,6 @@ def run_demo(cfg: DemoConfig) -> Path:
     # build everything in a staging folder and move it into place at the end: no half-written run dir
     with staged_dir(cfg.out_dir, relocate=True) as run:
         model_spec = retrain(cfg) if cfg.retrain else cfg.model
-        device = resolve_device(cfg.device)
         model, tok, meta = load_model(model_spec, device, cfg.add_mask_token)
         context_warning = check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
         n_params = sum(p.numel() for p in model.backbone.parameters())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ..decoding.rules import most_confident
 from ..speculative.accept import accepted_prefix_length
 
 
@@ -90,9 +91,7 @@ def threshold_commits(scores: torch.Tensor, labels: torch.Tensor, masked: torch.
         raise ValueError(f"scores, labels, masked and fallback must share one (N, B) shape, got "
                          f"{tuple(scores.shape)}, {tuple(labels.shape)}, {tuple(masked.shape)} and {tuple(fb.shape)}")
     m, wrong = masked.bool(), ~labels.bool()
-    forced = torch.zeros_like(m)
-    forced.scatter_(1, fb.float().masked_fill(~m, float("-inf")).argmax(dim=1, keepdim=True), True)
-    forced &= m                                                                      # (N, B) one per live state
+    forced = most_confident(fb.float(), m)                                           # (N, B) one per live state
     tau = torch.as_tensor(thresholds, dtype=torch.float32).view(-1, 1, 1)            # (T, 1, 1)
     commit = ((scores.float().unsqueeze(0) >= tau) & m) | forced                     # (T, N, B)
     return commit.sum(dim=2), (commit & wrong).sum(dim=2)
