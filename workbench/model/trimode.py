@@ -31,6 +31,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from ..tokenizer import TokenizerError
 from .gated_lora import is_gated, lora_positions
+from .kv_cache import use_growable_layers
 from .attention import dual_stream_block_mask, to_path
 from .masks import cached_allowed, chunk_block_allowed, dual_stream_allowed, dual_stream_mask, to_additive
 from .window import PositionCache, attention_layout, layer_masks
@@ -208,10 +209,11 @@ class TriModeLM(nn.Module):
     # ------------------------------------------------------------------ inference with a KV cache
     def new_cache(self) -> DynamicCache:
         """An empty KV cache: the model's own ``DynamicCache``, or a :class:`~workbench.model.window.PositionCache`
-        of full layers for a sliding-window model."""
+        of full layers for a sliding-window model, whose full-attention layers append in place
+        (:class:`~workbench.model.kv_cache.GrowableLayer`: no copy of the prefix per forward)."""
         if self.layout.windowed:
-            return PositionCache()
-        return DynamicCache(config=self.backbone.config)
+            return use_growable_layers(PositionCache())
+        return use_growable_layers(DynamicCache(config=self.backbone.config))
 
     def call_backbone(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None,
                       cache: DynamicCache | None = None) -> torch.Tensor:

@@ -10,31 +10,10 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 from ..decoding.base import autocast_for, left_pad
+from ..model.kv_cache import GrowableLayer
 from ..model.window import PositionCache
-
-
-class _PreallocatedLayer(DynamicLayer):
-    """Cache layer over a preallocated ``(R, heads, L + room, head_dim)`` buffer whose first ``L`` columns
-    hold the prefix: :meth:`update` writes the new tokens into the free columns in place instead of
-    concatenating (a full copy of the prefix per forward with :class:`DynamicLayer`)."""
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
-        super().__init__()
-        self._buf_k, self._buf_v = keys, values
-        self.keys, self.values = keys[:, :, :length], values[:, :, :length]
-        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        n, q = self.keys.shape[-2], key_states.shape[-2]
-        if n + q > self._buf_k.shape[-2]:
-            return super().update(key_states, value_states, *args, **kwargs)
-        self._buf_k[:, :, n:n + q] = key_states
-        self._buf_v[:, :, n:n + q] = value_states
-        self.keys, self.values = self._buf_k[:, :, :n + q], self._buf_v[:, :, :n + q]
-        return self.keys, self.values
 
 
 class PrefixBank:
@@ -72,9 +51,9 @@ class PrefixBank:
         cols = self.valid.shape[1]
         for i, (k, v) in enumerate(zip(self.k, self.v)):
             if i < len(cache.layers):
-                cache.layers[i] = _PreallocatedLayer(k.index_select(0, rows), v.index_select(0, rows), cols)
+                cache.layers[i] = GrowableLayer.over(k.index_select(0, rows), v.index_select(0, rows), cols)
             else:                       # a lazily initialised cache (sliding-window models' PositionCache)
-                cache.layers.append(_PreallocatedLayer(k.index_select(0, rows), v.index_select(0, rows), cols))
+                cache.layers.append(GrowableLayer.over(k.index_select(0, rows), v.index_select(0, rows), cols))
         valid = self.valid[rows]
         if isinstance(cache, PositionCache):  # position ids of the bank's columns (invalid ones are masked)
             cache.positions = (valid.long().cumsum(1) - 1).clamp_min(0)

@@ -1,0 +1,73 @@
+"""The in-place KV cache layer (workbench.model.kv_cache) holds exactly what transformers' DynamicLayer holds."""
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from workbench.model.kv_cache import GrowableLayer, use_growable_layers
+
+
+def _states(n, q, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 2, q, 4, generator=g).to(dtype), torch.randn(n, 2, q, 4, generator=g).to(dtype)
+
+
+def _script():
+    """(operation, argument) pairs: prefill, steps, crops (real-context resets, draft rejections), a batch
+    selection, a dtype change (autocast), all of which the decoders do."""
+    return [("update", (3, 7)), ("update", (3, 1)), ("update", (3, 1)), ("crop", -2), ("update", (3, 4)),
+            ("update", (3, 9)), ("crop", -5), ("select", torch.tensor([2, 0])), ("update", (2, 3)),
+            ("update_bf16", (2, 2)), ("crop", -1), ("update", (2, 40)), ("update", (2, 1))]
+
+
+def test_growable_layer_equals_dynamic_layer_through_updates_crops_and_selects():
+    ref, new = DynamicLayer(), GrowableLayer()
+    for i, (op, arg) in enumerate(_script()):
+        if op.startswith("update"):
+            k, v = _states(*arg, dtype=torch.bfloat16 if op == "update_bf16" else torch.float32, seed=i)
+            rk, rv = ref.update(k, v)
+            nk, nv = new.update(k, v)
+            assert torch.equal(rk, nk) and torch.equal(rv, nv) and rk.dtype == nk.dtype, (i, op)
+        elif op == "crop":
+            ref.crop(arg)
+            new.crop(arg)
+        else:
+            ref.batch_select_indices(arg)
+            new.batch_select_indices(arg)
+        assert new.get_seq_length() == ref.get_seq_length()
+        assert torch.equal(new.keys, ref.keys) and torch.equal(new.values, ref.values), (i, op)
+
+
+def test_growable_layer_appends_in_place_and_doubles_when_full():
+    layer = GrowableLayer()
+    layer.update(*_states(2, 5))
+    first = layer.keys.data_ptr()
+    layer.update(*_states(2, 1, seed=1))          # 6 > 5 columns: reallocated at 2 · 5 = 10
+    assert layer._buf_k.shape[-2] == 10 and layer.keys.shape[-2] == 6
+    grown = layer.keys.data_ptr()
+    assert grown != first
+    for s in range(4):                             # 7 … 10 columns fit: no copy, the same storage
+        layer.update(*_states(2, 1, seed=2 + s))
+        assert layer.keys.data_ptr() == grown
+    layer.crop(-3)                                 # crop shortens the view; the next update reuses the columns
+    layer.update(*_states(2, 2, seed=9))
+    assert layer.keys.data_ptr() == grown and layer.keys.shape[-2] == 9
+
+
+def test_states_that_need_grad_are_concatenated_and_backpropagate():
+    layer = GrowableLayer()
+    k, v = _states(1, 3)
+    k.requires_grad_(True)
+    keys, values = layer.update(k, v)
+    keys.sum().backward()
+    assert torch.equal(k.grad, torch.ones_like(k))
+
+
+def test_use_growable_layers_replaces_only_plain_dynamic_layers():
+    cache = use_growable_layers(DynamicCache())           # lazily replicated layers
+    cache.update(*_states(1, 2), layer_idx=0)
+    assert type(cache.layers[0]) is GrowableLayer
+    sliding = type("Sliding", (DynamicLayer,), {})()
+    cache = DynamicCache()
+    cache.layers = [DynamicLayer(), sliding]
+    use_growable_layers(cache)
+    assert type(cache.layers[0]) is GrowableLayer and cache.layers[1] is sliding

@@ -1,0 +1,104 @@
+"""A KV cache layer that appends in place.
+
+transformers' ``DynamicLayer`` appends with ``torch.cat``: every forward copies the whole cached prefix of every
+layer, twice (keys and values). Decoding a small model on a CPU is dominated by that copy: for ``tiny`` at batch
+16 and a 600-token cache, the concatenations and the attention over the fresh copies cost 3× the layers' own
+compute. :class:`GrowableLayer` keeps the keys and values in a buffer with free columns after them and writes
+each forward's new tokens into those columns; the buffer doubles when it is full (amortised O(1) copies per
+token). ``crop`` only shortens the view, so the next forward overwrites the cropped columns.
+
+The cache a decoder sees is unchanged: ``layer.keys`` / ``layer.values`` are ``(N, kv_heads, cache_len,
+head_dim)`` views holding exactly what ``DynamicLayer`` would hold (tested token for token in
+``tests/test_kv_cache.py``).
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+
+class GrowableLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose ``keys`` / ``values`` ``(N, kv_heads, length, head_dim)`` are views of the first
+    ``length`` columns of buffers ``(N, kv_heads, capacity, head_dim)``.
+
+    :meth:`update` writes new keys and values into the free columns in place; when they do not fit, the
+    buffers are reallocated at ``max(2 · capacity, needed)`` columns. If ``keys`` was replaced by an outside
+    operation (``batch_select_indices``, ``reorder_cache``, offloading), or the new states have another dtype,
+    the next update adopts the current tensors into fresh buffers first, so the result always equals
+    ``DynamicLayer``'s concatenation. States that require grad are concatenated as ``DynamicLayer`` does
+    (an in-place write would break autograd).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._buf_k: torch.Tensor | None = None
+        self._buf_v: torch.Tensor | None = None
+
+    @classmethod
+    def over(cls, keys: torch.Tensor, values: torch.Tensor, length: int) -> "GrowableLayer":
+        """A layer over preallocated buffers ``(N, kv_heads, capacity, head_dim)`` whose first ``length`` columns
+        hold the cached prefix (the buffers are used, not copied)."""
+        layer = cls()
+        layer._buf_k, layer._buf_v = keys, values
+        layer.keys, layer.values = keys[:, :, :length], values[:, :, :length]
+        layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
+        return layer
+
+    def _owns_views(self, key_states: torch.Tensor) -> bool:
+        """True when ``keys`` / ``values`` are still the leading columns of the buffers and the new states can be
+        written into them without a change of dtype, device, batch or heads."""
+        b, k, v = self._buf_k, self.keys, self.values
+        return (b is not None and k.data_ptr() == b.data_ptr() and v.data_ptr() == self._buf_v.data_ptr()
+                and k.shape[:2] == b.shape[:2] and k.stride() == b.stride() and key_states.dtype == b.dtype
+                and key_states.device == b.device and key_states.shape[:2] == b.shape[:2])
+
+    def _reallocate(self, capacity: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Move the cached columns into fresh buffers of ``capacity`` columns (dtype promoted as ``torch.cat``
+        would promote it)."""
+        n = self.keys.shape[-2] if self.keys.dim() == 4 else 0
+        dtype = torch.promote_types(self.keys.dtype, key_states.dtype) if n else key_states.dtype
+        shape_k = (*key_states.shape[:2], capacity, key_states.shape[-1])
+        shape_v = (*value_states.shape[:2], capacity, value_states.shape[-1])
+        buf_k = torch.empty(shape_k, dtype=dtype, device=key_states.device)
+        buf_v = torch.empty(shape_v, dtype=dtype, device=value_states.device)
+        if n:
+            buf_k[:, :, :n] = self.keys
+            buf_v[:, :, :n] = self.values
+        self._buf_k, self._buf_v = buf_k, buf_v
+        self.keys, self.values = buf_k[:, :, :n], buf_v[:, :, :n]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``key_states`` / ``value_states`` ``(N, kv_heads, Q, head_dim)``; returns the whole cache's
+        ``(keys, values)``, each ``(N, kv_heads, length + Q, head_dim)``."""
+        if torch.is_grad_enabled() and (key_states.requires_grad or value_states.requires_grad):
+            return super().update(key_states, value_states)      # in-place writes would break autograd
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = self.keys.shape[-2] if self.keys.dim() == 4 else 0
+        need = n + key_states.shape[-2]
+        if not self._owns_views(key_states) or value_states.dtype != self._buf_v.dtype:
+            self._reallocate(need, key_states, value_states)
+        elif need > self._buf_k.shape[-2]:
+            self._reallocate(max(need, 2 * self._buf_k.shape[-2]), key_states, value_states)
+        self._buf_k[:, :, n:need] = key_states
+        self._buf_v[:, :, n:need] = value_states
+        self.keys, self.values = self._buf_k[:, :, :need], self._buf_v[:, :, :need]
+        return self.keys, self.values
+
+    def reset(self) -> None:
+        self._buf_k = self._buf_v = None
+        super().reset()
+
+
+def use_growable_layers(cache: DynamicCache) -> DynamicCache:
+    """Replace every plain ``DynamicLayer`` of ``cache`` (and the class it replicates lazily) by
+    :class:`GrowableLayer`; sliding-window and other layer kinds are left as they are. Returns ``cache``."""
+    cache.layers = [GrowableLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    if getattr(cache, "layer_class_to_replicate", None) is DynamicLayer:
+        cache.layer_class_to_replicate = GrowableLayer
+    return cache
+
+
+__all__ = ["GrowableLayer", "use_growable_layers"]
