@@ -1,10 +1,16 @@
-"""Decode tokens/s with transformers' ``DynamicLayer`` (append by ``torch.cat``) against the in-place
+"""Two decode overheads, each measured against its baseline in one process.
+
+1. Decode tokens/s with transformers' ``DynamicLayer`` (append by ``torch.cat``) against the in-place
 :class:`~workbench.model.kv_cache.GrowableLayer` that ``TriModeLM.new_cache`` now uses.
 
 Both variants run in this process on the same prompts, alternating ``--pairs`` times (A, B, A, B, …), and the
 outputs are checked equal token for token. Decoders: ar_greedy (free-running) and confidence at ``--block_length``
 and τ = 0.9 (real-context). Prints one JSON line per (model, decoder) with the median tokens/s of each variant and
 the median of the per-pair ratios growable / dynamic.
+
+2. A prefill of the prompts (``TriModeLM.extend``) with the LM head on every position against
+``logits_to_keep=1`` (the last position only, what AR decoding reads and what the prefill and KV-commit forwards of
+block diffusion need, since they read no logits): one JSON line with the median seconds of each and their ratio.
 
 Usage: ``python benchmarks/bench_kv_cache.py [--models builtin:tiny smollm2-135m-trimode] [--n_prompts 16]
 [--prompt_len 192] [--gen_len 64] [--block_length 16] [--pairs 3]``. A named model that is not in the cache is
@@ -81,6 +87,26 @@ def main() -> None:
                               "tokens_per_s_growable": statistics.median(rate["growable"]),
                               "ratio_growable_over_dynamic": statistics.median(ratios),
                               "ratios": ratios, "same_tokens": same}), flush=True)
+        print(json.dumps({"model": name, **prefill_lm_head(model, ids, a.pairs)}), flush=True)
+
+
+def prefill_lm_head(model, prompts: list[list[int]], pairs: int) -> dict:
+    """Median seconds of a prefill with all logits and with ``logits_to_keep=1``, alternating ``pairs`` times."""
+    import torch
+
+    from workbench.decoding.base import left_pad
+
+    ids, valid = left_pad(prompts, 0, model.device)
+    secs = {0: [], 1: []}
+    with torch.no_grad():
+        for _ in range(pairs):
+            for keep in (0, 1):
+                t = time.perf_counter()
+                model.extend(ids, model.new_cache(), valid, logits_to_keep=keep)
+                secs[keep].append(time.perf_counter() - t)
+    return {"decoder": "prefill", "tokens": int(valid.sum()), "s_all_logits": statistics.median(secs[0]),
+            "s_last_logits": statistics.median(secs[1]),
+            "ratio_last_over_all": statistics.median(b / a for a, b in zip(secs[0], secs[1]))}
 
 
 @contextmanager

@@ -11,8 +11,10 @@ each score's top-ranked position is correct (the one position a step commits at 
 prefix assumes the best threshold for each state; one global threshold, as the decoders use, also needs scores that
 compare across states (:func:`~workbench.sampler.ranking.threshold_commits`): ``global_commits`` gives the most
 tokens a state commits at each per-token error rate in ``--error_levels`` (the offline counterpart of TPF at matched
-agreement, NLD Fig. 8), the forced commit taken by the top-1 probability as the sampler policy does. Prints one JSON
-line per score (the top-1 probability first, then each sampler)::
+agreement, NLD Fig. 8), the forced commit taken by the top-1 probability as the sampler policy does. For each sampler,
+``global_commits_ratio`` is its ``global_commits`` ÷ the top-1 probability's at each level, with a 90 % interval
+from ``--bootstrap`` resamples of the held-out prompts (all of a prompt's states together; both scores on the same
+resample). Prints one JSON line per score (the top-1 probability first, then each sampler)::
 
     python scripts/sampler_store_auc.py --store runs/smollm2_store_hybrid/trajectories.zarr \\
         --samplers runs/smollm2_sampler_serial/sampler_attention/sampler runs/smollm2_sampler_mixed/sampler_attention/sampler
@@ -43,6 +45,7 @@ def main() -> None:
     ap.add_argument("--error_levels", type=float, nargs="*", default=[0.001, 0.0025, 0.005, 0.01, 0.02, 0.05],
                     help="per-token error rates (wrong ÷ committed) at which to report the global-threshold commits")
     ap.add_argument("--n_thresholds", type=int, default=200, help="thresholds per score: quantiles of its values")
+    ap.add_argument("--bootstrap", type=int, default=1000, help="prompt resamples for the ratios' intervals (0: none)")
     args = ap.parse_args()
     nets = {s: load_sampler(s)[0].eval() for s in args.samplers}
     spec = StoreReader(args.store, args.block_length).attrs["feature_spec"]
@@ -54,6 +57,7 @@ def main() -> None:
     prefix: dict[str, list] = {s: [] for s in names}                      # per block state with a masked position
     labels, multi, oracle = [], [], []
     states: dict[str, list] = {s: [] for s in (*names, "label", "masked")}    # per live block state, (n, B)
+    state_rows = []                                                       # per live block state, its store row
     with torch.no_grad():
         for batch in dm.val_dataloader():
             m, y = batch["masked"], batch["label"]
@@ -71,13 +75,17 @@ def main() -> None:
                 states[s].append(score[live].float())
             states["label"].append(y[live])
             states["masked"].append(m[live])
+            state_rows.append(batch["row"][live].numpy())
     labels, multi, oracle = np.concatenate(labels), np.concatenate(multi), np.concatenate(oracle)
     st = {k: torch.cat(v) for k, v in states.items()}
     q = np.linspace(0.0, 1.0, args.n_thresholds)
+    prompt_of_state = _prompt_of_rows(args.store, args.block_length, np.concatenate(state_rows))
+    swept = {}
     for s in names:
         p, pre = np.concatenate(position_scores[s]), np.concatenate(prefix[s])
         taus = np.unique(np.quantile(p, q))                           # thresholds in the score's own units
         commits, errors = threshold_commits(st[s], st["label"], st["masked"], taus, fallback=st["top1_prob"])
+        swept[s] = commits, errors
         out = {"store": args.store, "block_length": args.block_length, "score": s, "positions": int(len(labels)),
                "label_rate": float(labels.mean()), "auc": auc(p, labels),
                "multi_commit_share": float(multi.mean()), "states": int(len(oracle)),
@@ -88,7 +96,42 @@ def main() -> None:
         for name, sel in (("single_commit", ~multi), ("multi_commit", multi)):
             if sel.any() and 0 < labels[sel].mean() < 1:
                 out[f"auc_{name}"] = auc(p[sel], labels[sel])
+        if s != "top1_prob":
+            out["global_commits_ratio"] = _ratio_with_interval(swept[s], swept["top1_prob"], prompt_of_state,
+                                                               args.error_levels, args.bootstrap)
         print(json.dumps(out), flush=True)
+
+
+def _prompt_of_rows(store: str, block_length: int, rows: np.ndarray) -> np.ndarray:
+    """The prompt id of each global store row ``(n,)``, from the store's trajectory table."""
+    df = StoreReader(store, block_length).trajectories().sort_values("row_start")
+    start, end = df["row_start"].to_numpy(), df["row_end"].to_numpy()
+    i = np.searchsorted(start, rows, side="right") - 1
+    if (i < 0).any() or (rows >= end[i]).any():
+        raise ValueError("a held-out row lies in no trajectory of the store")
+    return df["prompt_id"].to_numpy()[i]
+
+
+def _ratio_with_interval(sampler: tuple, confidence: tuple, prompts: np.ndarray, levels: list[float],
+                         n_boot: int, seed: int = 0) -> dict[str, dict]:
+    """Per error level: the sampler's global-threshold commits ÷ confidence's on all held-out states, and the
+    5th / 50th / 95th percentiles of that ratio over ``n_boot`` resamples of the prompts (with replacement)."""
+    def ratios(weights):
+        a = commits_at_error_rate(*sampler, levels, weights)
+        b = commits_at_error_rate(*confidence, levels, weights)
+        return [x / y if x is not None and y else np.nan for x, y in zip(a, b)]
+
+    ids, inverse = np.unique(prompts, return_inverse=True)
+    rng = np.random.default_rng(seed)
+    boot = np.array([ratios(torch.from_numpy(rng.multinomial(len(ids), np.full(len(ids), 1 / len(ids)))[inverse]
+                                             .astype(np.float64))) for _ in range(n_boot)]).reshape(n_boot, len(levels))
+    point = ratios(None)
+    out = {}
+    for j, level in enumerate(levels):
+        lo, mid, hi = np.nanpercentile(boot[:, j], [5, 50, 95]) if n_boot and np.isfinite(boot[:, j]).any() \
+            else (None, None, None)
+        out[str(level)] = {"ratio": point[j], "p05": lo, "p50": mid, "p95": hi, "prompts": int(len(ids))}
+    return out
 
 
 if __name__ == "__main__":

@@ -31,9 +31,9 @@ class FakeTriMode:
     def new_cache(self):
         return FakeCache()
 
-    def extend(self, ids, cache, key_valid):
+    def extend(self, ids, cache, key_valid, logits_to_keep=0):
         cache.length += ids.shape[1]
-        return torch.zeros(ids.shape[0], ids.shape[1], self.vocab)
+        return torch.zeros(ids.shape[0], logits_to_keep or ids.shape[1], self.vocab)
 
     def probs(self, block):
         n, b = block.shape

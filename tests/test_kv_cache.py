@@ -71,3 +71,24 @@ def test_use_growable_layers_replaces_only_plain_dynamic_layers():
     cache.layers = [DynamicLayer(), sliding]
     use_growable_layers(cache)
     assert type(cache.layers[0]) is GrowableLayer and cache.layers[1] is sliding
+
+
+def test_extend_with_logits_to_keep_gives_the_last_rows_and_the_same_cache(micro_model):
+    """A prefill that reads only its last logits (AR decoding, the KV-commit forward) runs the LM head on those
+    positions only; the logits and the cache it leaves are the full forward's."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 200, (3, 11))
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    valid[0, :4] = False                                   # a left-padded row
+    with torch.no_grad():
+        full_cache, last_cache = micro_model.new_cache(), micro_model.new_cache()
+        full = micro_model.extend(ids, full_cache, valid)
+        last = micro_model.extend(ids, last_cache, valid, logits_to_keep=1)
+        assert last.shape == (3, 1, full.shape[-1])
+        torch.testing.assert_close(last[:, 0], full[:, -1], rtol=1e-5, atol=1e-5)
+        for a, b in zip(full_cache.layers, last_cache.layers):
+            assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+        step = torch.randint(0, 200, (3, 1))
+        kv = torch.cat([valid, torch.ones((3, 1), dtype=torch.bool)], 1)
+        torch.testing.assert_close(micro_model.extend(step, last_cache, kv, logits_to_keep=1),
+                                   micro_model.extend(step, full_cache, kv), rtol=1e-5, atol=1e-5)

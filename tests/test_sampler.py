@@ -332,6 +332,14 @@ def test_threshold_commits_hand_values():
         commits_at_error_rate(commits, errors, [1.5])
     with pytest.raises(ValueError, match="one \\(N, B\\) shape"):
         threshold_commits(scores[:, :3], labels, masked, [0.5])
+    # weights: state 0 twice and state 2 dropped equals the sweep over the states [0, 0, 1]
+    w = torch.tensor([2.0, 1.0, 0.0])
+    rep = [0, 0, 1]
+    levels = [0.5, 0.34, 0.3, 0.2, 0.0]
+    assert commits_at_error_rate(commits, errors, levels, weights=w) == \
+        commits_at_error_rate(commits[:, rep], errors[:, rep], levels)
+    with pytest.raises(ValueError, match="non-negative"):
+        commits_at_error_rate(commits, errors, [0.5], weights=torch.tensor([1.0, -1.0, 1.0]))
 
 
 def test_sampler_store_auc_script_reports_ranking(store, tmp_path, monkeypatch, capsys):
@@ -358,3 +366,11 @@ def test_sampler_store_auc_script_reports_ranking(store, tmp_path, monkeypatch, 
         assert best == sorted(best) and all(v >= 1.0 for v in best)
     # a better ranking commits more before its first error: the informative score beats an untrained sampler
     assert top1["safe_prefix_mean"] > samp["safe_prefix_mean"]
+    # the sampler's ratio to confidence at each level: the point value is the two global_commits' quotient, and
+    # its prompt-bootstrap interval brackets the resamples' median
+    assert "global_commits_ratio" not in top1
+    for level, r in samp["global_commits_ratio"].items():
+        a, b = samp["global_commits"][level], top1["global_commits"][level]
+        if a is not None and b:
+            assert r["ratio"] == pytest.approx(a / b)
+            assert r["p05"] <= r["p50"] <= r["p95"] and r["prompts"] > 1

@@ -54,7 +54,7 @@ def ar_decode(model, prompts: list[list[int]], gen_len: int, temperature: float 
     with autocast_for(dev, precision):
         if use_cache:
             cache = model.new_cache()
-            logits = model.extend(ids, cache, valid)[:, -1]
+            logits = model.extend(ids, cache, valid, logits_to_keep=1)[:, -1]
             ctx_valid = valid
             for start in range(0, gen_len, seg):
                 for j in range(start, start + seg):
@@ -62,7 +62,7 @@ def ar_decode(model, prompts: list[list[int]], gen_len: int, temperature: float 
                     out[:, j] = tok
                     kv = torch.cat([ctx_valid, torch.ones((n, 1), dtype=torch.bool, device=dev)], 1)
                     if j + 1 < start + seg:
-                        logits = model.extend(tok[:, None], cache, kv)[:, -1]
+                        logits = model.extend(tok[:, None], cache, kv, logits_to_keep=1)[:, -1]
                         ctx_valid = kv
                     elif real is not None and j + 1 < gen_len:
                         # real-context reset: drop the generated segment (all but its last token is
@@ -71,10 +71,10 @@ def ar_decode(model, prompts: list[list[int]], gen_len: int, temperature: float 
                             cache.crop(-(seg - 1))
                             ctx_valid = ctx_valid[:, : ctx_valid.shape[1] - (seg - 1)]
                         kv = torch.cat([ctx_valid, torch.ones((n, seg), dtype=torch.bool, device=dev)], 1)
-                        logits = model.extend(real[:, start:start + seg], cache, kv)[:, -1]
+                        logits = model.extend(real[:, start:start + seg], cache, kv, logits_to_keep=1)[:, -1]
                         ctx_valid = kv
                     elif j + 1 < gen_len:
-                        logits = model.extend(tok[:, None], cache, kv)[:, -1]
+                        logits = model.extend(tok[:, None], cache, kv, logits_to_keep=1)[:, -1]
                         ctx_valid = kv
         else:
             for start in range(0, gen_len, seg):

@@ -62,7 +62,7 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
     with autocast_for(dev, precision):
         cache = model.new_cache()
         if use_cache:
-            model.extend(ids, cache, valid)
+            model.extend(ids, cache, valid, logits_to_keep=1)     # logits unread
         ctx_ids, ctx_valid = ids, valid
         for start in range(0, gen_len, b):
             block = torch.full((n, b), model.mask_token_id, dtype=torch.long, device=dev)
@@ -77,7 +77,7 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
                     logits = model.diffusion_logits(block, cache, kv)
                 else:
                     fresh = model.new_cache()
-                    model.extend(ctx_ids, fresh, ctx_valid)
+                    model.extend(ctx_ids, fresh, ctx_valid, logits_to_keep=1)
                     logits = model.diffusion_logits(block, fresh, kv)
                 calls += 1
                 logits = logits.float()
@@ -103,7 +103,7 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
             if start + b == gen_len and not commit_last_block:
                 break
             if use_cache:
-                model.extend(committed, cache, kv)
+                model.extend(committed, cache, kv, logits_to_keep=1)  # KV commit: logits unread
                 calls += 1
             ctx_ids, ctx_valid = torch.cat([ctx_ids, committed], 1), kv
             for r in range(n):

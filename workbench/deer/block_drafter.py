@@ -101,7 +101,8 @@ class BlockDrafter:
             self.last_ar_logits = ar[0, -1]
             return diff
         if w:
-            self.model.extend(pending, self.cache, torch.ones((1, self.n_cached + w), dtype=torch.bool, device=dev))
+            self.model.extend(pending, self.cache, torch.ones((1, self.n_cached + w), dtype=torch.bool, device=dev),
+                              logits_to_keep=1)
             self.calls += 1
         total = self.n_cached + w
         self.calls += 1

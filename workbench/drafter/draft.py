@@ -95,7 +95,7 @@ def draft_and_verify(model, prefix: torch.Tensor, valid: torch.Tensor, k: int,
     ones = torch.ones((n, k + 1), dtype=torch.bool, device=dev)
     with torch.no_grad(), verifier_mode(model):
         cache = model.new_cache()
-        model.extend(prefix[:, :-1], cache, ctx_valid)
+        model.extend(prefix[:, :-1], cache, ctx_valid, logits_to_keep=1)
     block = torch.cat([last, torch.full((n, k), model.mask_token_id, dtype=prefix.dtype, device=dev)], 1)
     with torch.set_grad_enabled(grad):
         draft_logits = model.diffusion_logits(block, cache, torch.cat([ctx_valid, ones], 1))[:, 1:]

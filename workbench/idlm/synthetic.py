@@ -58,8 +58,9 @@ class SyntheticStrided:
         logits[..., self.mask_token_id] = float("-inf")                    # it never predicts the mask token
         return logits
 
-    def extend(self, ids, cache, key_valid):
-        return self._cached_forward(ids, cache, key_valid)
+    def extend(self, ids, cache, key_valid, logits_to_keep: int = 0):
+        logits = self._cached_forward(ids, cache, key_valid)         # every position: the same random stream
+        return logits[:, -logits_to_keep:] if logits_to_keep else logits
 
 
 __all__ = ["SyntheticStrided"]

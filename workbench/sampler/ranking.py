@@ -97,7 +97,8 @@ def threshold_commits(scores: torch.Tensor, labels: torch.Tensor, masked: torch.
     return commit.sum(dim=2), (commit & wrong).sum(dim=2)
 
 
-def commits_at_error_rate(commits: torch.Tensor, errors: torch.Tensor, levels) -> list[float | None]:
+def commits_at_error_rate(commits: torch.Tensor, errors: torch.Tensor, levels,
+                          weights: torch.Tensor | None = None) -> list[float | None]:
     """The upper frontier of a threshold sweep: at each per-token error rate in ``levels``, the most tokens a state
     commits on average at any threshold whose error rate (wrong commits ÷ commits, pooled over states) is at most
     that level. The offline counterpart of TPF at matched agreement (NLD Fig. 8).
@@ -105,6 +106,8 @@ def commits_at_error_rate(commits: torch.Tensor, errors: torch.Tensor, levels) -
     Args:
         commits, errors: ``(T, N)`` from :func:`threshold_commits`.
         levels: error rates in ``[0, 1]``.
+        weights: ``(N,)`` non-negative state weights (a bootstrap resample's counts); None: every state once.
+            An integer weight ``w`` gives the result of repeating that state ``w`` times.
 
     Returns:
         one mean (tokens per state) per level, or None where no threshold is that accurate.
@@ -115,8 +118,12 @@ def commits_at_error_rate(commits: torch.Tensor, errors: torch.Tensor, levels) -
     if commits.shape != errors.shape or commits.dim() != 2:
         raise ValueError(f"commits and errors must share one (T, N) shape, got {tuple(commits.shape)} and "
                          f"{tuple(errors.shape)}")
-    mean = commits.double().mean(dim=1)                                              # (T,) tokens per state
-    rate = errors.double().sum(dim=1) / commits.double().sum(dim=1).clamp(min=1)     # (T,)
+    w = torch.ones(commits.shape[1], dtype=torch.float64) if weights is None else weights.double().cpu()
+    if w.shape != commits.shape[1:] or bool((w < 0).any()):
+        raise ValueError(f"weights must be ({commits.shape[1]},) and non-negative, got {tuple(w.shape)}")
+    made = commits.double().cpu() @ w                                                # (T,) weighted commits
+    mean = made / w.sum().clamp(min=1e-12)                                           # (T,) tokens per state
+    rate = (errors.double().cpu() @ w) / made.clamp(min=1e-12)                       # (T,)
     out = []
     for level in levels:
         if not 0.0 <= level <= 1.0:

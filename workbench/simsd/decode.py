@@ -141,7 +141,7 @@ def _decode_one(target, drafter: BlockDrafter, prompt: list[int], gen_len: int, 
     dev = target.device
     cache = target.new_cache()
     target.extend(torch.tensor([prompt], device=dev), cache, torch.ones((1, len(prompt)), dtype=torch.bool,
-                                                                         device=dev))
+                                                                         device=dev), logits_to_keep=1)
     context = list(prompt)
     for start in range(0, gen_len, b):
         calls = drafter.calls
@@ -186,7 +186,8 @@ def _decode_one(target, drafter: BlockDrafter, prompt: list[int], gen_len: int, 
         res.committed_per_step[row] += [1] * len(finished)
         res.step_tokens[row] += [[t] for t in finished]
         committed = torch.tensor(real[start:start + b], device=dev) if real is not None else block
-        target.extend(committed[None], cache, torch.ones((1, p_len + b), dtype=torch.bool, device=dev))
+        target.extend(committed[None], cache, torch.ones((1, p_len + b), dtype=torch.bool, device=dev),
+                      logits_to_keep=1)
         res.extra_forwards[row] += 1
         res.tokens[row] += block.tolist()
         res.token_probs[row] += qs.tolist()

@@ -51,7 +51,7 @@ def step_deviation(target, prefix: list[int], draft: torch.Tensor, steps: torch.
     pre = torch.tensor([prefix], device=dev)
     valid = torch.ones((1, len(prefix)), dtype=torch.bool, device=dev)
     cache = target.new_cache()
-    target.extend(pre, cache, valid)
+    target.extend(pre, cache, valid, logits_to_keep=1)
     par = verify_logits(target, cache, len(prefix), draft, steps, rope_copy)
     rows = []
     kv = torch.ones((1, len(prefix) + len(draft)), dtype=torch.bool, device=dev)

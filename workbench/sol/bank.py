@@ -35,7 +35,7 @@ class PrefixBank:
         with torch.no_grad(), autocast_for(model.device, precision):
             for s in range(0, n, batch):
                 cache = model.new_cache()
-                model.extend(ids[s:s + batch], cache, valid[s:s + batch])
+                model.extend(ids[s:s + batch], cache, valid[s:s + batch], logits_to_keep=1)
                 for i, layer in enumerate(cache.layers):
                     if s == 0:
                         shape = (n, *layer.keys.shape[1:2], total + room, layer.keys.shape[-1])
@@ -67,7 +67,7 @@ class PrefixBank:
         with autocast_for(self.model.device, self.precision):
             cache, valid = self.cache_for(r)
             kv = torch.cat([valid, torch.ones((len(rows), b), dtype=torch.bool, device=valid.device)], 1)
-            self.model.extend(blocks.to(valid.device), cache, kv)
+            self.model.extend(blocks.to(valid.device), cache, kv, logits_to_keep=1)
         for i, layer in enumerate(cache.layers):
             self.k[i][r, :, col:col + b] = layer.keys[:, :, -b:].to(self.k[i].dtype)
             self.v[i][r, :, col:col + b] = layer.values[:, :, -b:].to(self.v[i].dtype)

@@ -42,7 +42,7 @@ class SpecContext:
         cache = model.new_cache()
         if ids.shape[1] > 1:
             with verifier_mode(model):
-                model.extend(ids[:, :-1], cache, valid[:, :-1])
+                model.extend(ids[:, :-1], cache, valid[:, :-1], logits_to_keep=1)
         return cls(cache, valid[:, :-1], ids[:, -1].clone())
 
     @property
@@ -86,5 +86,5 @@ class SpecContext:
         seq = torch.cat([saved.last[:, None], real[:, :-1]], dim=1)
         kv = self.with_new(seq.shape[1])
         with verifier_mode(model):
-            model.extend(seq, self.cache, kv)
+            model.extend(seq, self.cache, kv, logits_to_keep=1)
         self.valid, self.last = kv, real[:, -1].clone()
