@@ -37,20 +37,21 @@ def test_growable_layer_equals_dynamic_layer_through_updates_crops_and_selects()
         assert torch.equal(new.keys, ref.keys) and torch.equal(new.values, ref.values), (i, op)
 
 
-def test_growable_layer_appends_in_place_and_doubles_when_full():
+def test_growable_layer_appends_in_place_and_grows_when_full():
     layer = GrowableLayer()
     layer.update(*_states(2, 5))
-    first = layer.keys.data_ptr()
-    layer.update(*_states(2, 1, seed=1))          # 6 > 5 columns: reallocated at 2 · 5 = 10
-    assert layer._buf_k.shape[-2] == 10 and layer.keys.shape[-2] == 6
+    assert layer._buf_k.shape[-2] == 5                   # the first update allocates what it needs
+    layer.update(*_states(2, 1, seed=1))                 # 6 > 5 columns: reallocated at max(1.5 · 5, 6 + 64) = 70
+    assert layer._buf_k.shape[-2] == 70 and layer.keys.shape[-2] == 6
     grown = layer.keys.data_ptr()
-    assert grown != first
-    for s in range(4):                             # 7 … 10 columns fit: no copy, the same storage
+    for s in range(64):                                  # 7 … 70 columns fit: no copy, the same storage
         layer.update(*_states(2, 1, seed=2 + s))
         assert layer.keys.data_ptr() == grown
-    layer.crop(-3)                                 # crop shortens the view; the next update reuses the columns
-    layer.update(*_states(2, 2, seed=9))
-    assert layer.keys.data_ptr() == grown and layer.keys.shape[-2] == 9
+    layer.crop(-3)                                       # crop shortens the view; the next update reuses the columns
+    layer.update(*_states(2, 3, seed=99))
+    assert layer.keys.data_ptr() == grown and layer.keys.shape[-2] == 70
+    layer.update(*_states(2, 1, seed=100))               # full: max(1.5 · 70, 71 + 64) = 135
+    assert layer._buf_k.shape[-2] == 135 and layer.keys.data_ptr() != grown
 
 
 def test_states_that_need_grad_are_concatenated_and_backpropagate():

@@ -4,8 +4,8 @@ transformers' ``DynamicLayer`` appends with ``torch.cat``: every forward copies 
 layer, twice (keys and values). Decoding a small model on a CPU is dominated by that copy: for ``tiny`` at batch
 16 and a 600-token cache, the concatenations and the attention over the fresh copies cost 3× the layers' own
 compute. :class:`GrowableLayer` keeps the keys and values in a buffer with free columns after them and writes
-each forward's new tokens into those columns; the buffer doubles when it is full (amortised O(1) copies per
-token). ``crop`` only shortens the view, so the next forward overwrites the cropped columns.
+each forward's new tokens into those columns; a full buffer grows by half (at least 64 columns), so the copies
+are amortised O(1) per token and at most a third of the buffer is unused. ``crop`` only shortens the view, so the next forward overwrites the cropped columns.
 
 The cache a decoder sees is unchanged: ``layer.keys`` / ``layer.values`` are ``(N, kv_heads, cache_len,
 head_dim)`` views holding exactly what ``DynamicLayer`` would hold (tested token for token in
@@ -18,12 +18,15 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 
+_MIN_GROWTH = 64   # columns a full buffer grows by at least
+
+
 class GrowableLayer(DynamicLayer):
     """A ``DynamicLayer`` whose ``keys`` / ``values`` ``(N, kv_heads, length, head_dim)`` are views of the first
     ``length`` columns of buffers ``(N, kv_heads, capacity, head_dim)``.
 
     :meth:`update` writes new keys and values into the free columns in place; when they do not fit, the
-    buffers are reallocated at ``max(2 · capacity, needed)`` columns. If ``keys`` was replaced by an outside
+    buffers are reallocated at ``max(1.5 · capacity, needed + 64)`` columns. If ``keys`` was replaced by an outside
     operation (``batch_select_indices``, ``reorder_cache``, offloading), or the new states have another dtype,
     the next update adopts the current tensors into fresh buffers first, so the result always equals
     ``DynamicLayer``'s concatenation. States that require grad are concatenated as ``DynamicLayer`` does
@@ -81,7 +84,8 @@ class GrowableLayer(DynamicLayer):
         if not self._owns_views(key_states) or value_states.dtype != self._buf_v.dtype:
             self._reallocate(need, key_states, value_states)
         elif need > self._buf_k.shape[-2]:
-            self._reallocate(max(need, 2 * self._buf_k.shape[-2]), key_states, value_states)
+            cap = self._buf_k.shape[-2]
+            self._reallocate(max(need + _MIN_GROWTH, cap + cap // 2), key_states, value_states)
         self._buf_k[:, :, n:need] = key_states
         self._buf_v[:, :, n:need] = value_states
         self.keys, self.values = self._buf_k[:, :, :need], self._buf_v[:, :, :need]
