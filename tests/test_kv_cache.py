@@ -52,6 +52,10 @@ def test_growable_layer_appends_in_place_and_grows_when_full():
     assert layer.keys.data_ptr() == grown and layer.keys.shape[-2] == 70
     layer.update(*_states(2, 1, seed=100))               # full: max(1.5 · 70, 71 + 64) = 135
     assert layer._buf_k.shape[-2] == 135 and layer.keys.data_ptr() != grown
+    grown = layer.keys.data_ptr()
+    k, v = _states(2, 2, dtype=torch.bfloat16, seed=101)  # narrower states are cast up in place, as cat promotes
+    keys, _ = layer.update(k, v)
+    assert keys.data_ptr() == grown and keys.dtype == torch.float32 and torch.equal(keys[:, :, -2:], k.float())
 
 
 def test_states_that_need_grad_are_concatenated_and_backpropagate():

@@ -1,11 +1,12 @@
 """A KV cache layer that appends in place.
 
 transformers' ``DynamicLayer`` appends with ``torch.cat``: every forward copies the whole cached prefix of every
-layer, twice (keys and values). Decoding a small model on a CPU is dominated by that copy: for ``tiny`` at batch
-16 and a 600-token cache, the concatenations and the attention over the fresh copies cost 3× the layers' own
-compute. :class:`GrowableLayer` keeps the keys and values in a buffer with free columns after them and writes
-each forward's new tokens into those columns; a full buffer grows by half (at least 64 columns), so the copies
-are amortised O(1) per token and at most a third of the buffer is unused. ``crop`` only shortens the view, so the next forward overwrites the cropped columns.
+layer, twice (keys and values). On a small model that copy is a large share of a decoding step: an AR step of
+``tiny`` at batch 16 with a 600-token cache took 30 ms with ``DynamicLayer`` and 17 ms in place (2-core CPU).
+:class:`GrowableLayer` keeps the keys and values in a buffer with free columns after them and writes each
+forward's new tokens into those columns. A full buffer grows by half (at least 64 columns), so the copies are
+amortised O(1) per token and at most a third of a buffer past 128 columns is unused. ``crop`` only shortens
+the view, so the next forward overwrites the cropped columns.
 
 The cache a decoder sees is unchanged: ``layer.keys`` / ``layer.values`` are ``(N, kv_heads, cache_len,
 head_dim)`` views holding exactly what ``DynamicLayer`` would hold (tested token for token in
@@ -25,8 +26,9 @@ class GrowableLayer(DynamicLayer):
     """A ``DynamicLayer`` whose ``keys`` / ``values`` ``(N, kv_heads, length, head_dim)`` are views of the first
     ``length`` columns of buffers ``(N, kv_heads, capacity, head_dim)``.
 
-    :meth:`update` writes new keys and values into the free columns in place; when they do not fit, the
-    buffers are reallocated at ``max(1.5 · capacity, needed + 64)`` columns. If ``keys`` was replaced by an outside
+    :meth:`update` writes new keys and values into the free columns in place (states of a narrower dtype are
+    cast up, as ``torch.cat`` promotes them); when they do not fit, the buffers are reallocated at
+    ``max(1.5 · capacity, needed + 64)`` columns. If ``keys`` was replaced by an outside
     operation (``batch_select_indices``, ``reorder_cache``, offloading), or the new states have another dtype,
     the next update adopts the current tensors into fresh buffers first, so the result always equals
     ``DynamicLayer``'s concatenation. States that require grad are concatenated as ``DynamicLayer`` does
@@ -53,7 +55,8 @@ class GrowableLayer(DynamicLayer):
         written into them without a change of dtype, device, batch or heads."""
         b, k, v = self._buf_k, self.keys, self.values
         return (b is not None and k.data_ptr() == b.data_ptr() and v.data_ptr() == self._buf_v.data_ptr()
-                and k.shape[:2] == b.shape[:2] and k.stride() == b.stride() and key_states.dtype == b.dtype
+                and k.shape[:2] == b.shape[:2] and k.stride() == b.stride()
+                and torch.promote_types(b.dtype, key_states.dtype) == b.dtype   # a write casts as cat promotes
                 and key_states.device == b.device and key_states.shape[:2] == b.shape[:2])
 
     def _reallocate(self, capacity: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -81,7 +84,8 @@ class GrowableLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         n = self.keys.shape[-2] if self.keys.dim() == 4 else 0
         need = n + key_states.shape[-2]
-        if not self._owns_views(key_states) or value_states.dtype != self._buf_v.dtype:
+        if not self._owns_views(key_states) or torch.promote_types(self._buf_v.dtype, value_states.dtype) != \
+                self._buf_v.dtype:
             self._reallocate(need, key_states, value_states)
         elif need > self._buf_k.shape[-2]:
             cap = self._buf_k.shape[-2]
