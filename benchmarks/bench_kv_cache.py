@@ -22,7 +22,7 @@ import argparse
 import json
 import statistics
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 
 @contextmanager
@@ -74,7 +74,7 @@ def main() -> None:
             outs = {}
             for _ in range(a.pairs):
                 for variant in ("dynamic", "growable"):
-                    with (dynamic_layers() if variant == "dynamic" else _null()):
+                    with (dynamic_layers() if variant == "dynamic" else nullcontext()):
                         t = time.perf_counter()
                         res = decode(model, ids, a.gen_len, **kw)
                         dt = time.perf_counter() - t
@@ -107,11 +107,6 @@ def prefill_lm_head(model, prompts: list[list[int]], pairs: int) -> dict:
     return {"decoder": "prefill", "tokens": int(valid.sum()), "s_all_logits": statistics.median(secs[0]),
             "s_last_logits": statistics.median(secs[1]),
             "ratio_last_over_all": statistics.median(b / a for a, b in zip(secs[0], secs[1]))}
-
-
-@contextmanager
-def _null():
-    yield
 
 
 if __name__ == "__main__":

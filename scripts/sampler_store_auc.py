@@ -80,25 +80,27 @@ def main() -> None:
     st = {k: torch.cat(v) for k, v in states.items()}
     q = np.linspace(0.0, 1.0, args.n_thresholds)
     prompt_of_state = _prompt_of_rows(args.store, args.block_length, np.concatenate(state_rows))
-    swept = {}
+    resamples = _prompt_resamples(prompt_of_state, args.bootstrap)       # (n_boot, states) weights, drawn once
+    conf_frontiers = None                                                 # confidence's, on each resample
     for s in names:
         p, pre = np.concatenate(position_scores[s]), np.concatenate(prefix[s])
         taus = np.unique(np.quantile(p, q))                           # thresholds in the score's own units
         commits, errors = threshold_commits(st[s], st["label"], st["masked"], taus, fallback=st["top1_prob"])
-        swept[s] = commits, errors
+        frontiers = [commits_at_error_rate(commits, errors, args.error_levels, w) for w in [None, *resamples]]
         out = {"store": args.store, "block_length": args.block_length, "score": s, "positions": int(len(labels)),
                "label_rate": float(labels.mean()), "auc": auc(p, labels),
                "multi_commit_share": float(multi.mean()), "states": int(len(oracle)),
                "oracle_commits_mean": float(oracle.mean()), "safe_prefix_mean": float(pre.mean()),
                "top_rank_correct": float((pre > 0).mean()),
-               "global_commits": dict(zip(map(str, args.error_levels),
-                                          commits_at_error_rate(commits, errors, args.error_levels)))}
+               "global_commits": dict(zip(map(str, args.error_levels), frontiers[0]))}
         for name, sel in (("single_commit", ~multi), ("multi_commit", multi)):
             if sel.any() and 0 < labels[sel].mean() < 1:
                 out[f"auc_{name}"] = auc(p[sel], labels[sel])
-        if s != "top1_prob":
-            out["global_commits_ratio"] = _ratio_with_interval(swept[s], swept["top1_prob"], prompt_of_state,
-                                                               args.error_levels, args.bootstrap)
+        if s == "top1_prob":
+            conf_frontiers = frontiers
+        else:
+            out["global_commits_ratio"] = _ratio_with_interval(frontiers, conf_frontiers, args.error_levels,
+                                                               len(np.unique(prompt_of_state)))
         print(json.dumps(out), flush=True)
 
 
@@ -112,25 +114,26 @@ def _prompt_of_rows(store: str, block_length: int, rows: np.ndarray) -> np.ndarr
     return df["prompt_id"].to_numpy()[i]
 
 
-def _ratio_with_interval(sampler: tuple, confidence: tuple, prompts: np.ndarray, levels: list[float],
-                         n_boot: int, seed: int = 0) -> dict[str, dict]:
-    """Per error level: the sampler's global-threshold commits ÷ confidence's on all held-out states, and the
-    5th / 50th / 95th percentiles of that ratio over ``n_boot`` resamples of the prompts (with replacement)."""
-    def ratios(weights):
-        a = commits_at_error_rate(*sampler, levels, weights)
-        b = commits_at_error_rate(*confidence, levels, weights)
-        return [x / y if x is not None and y else np.nan for x, y in zip(a, b)]
-
+def _prompt_resamples(prompts: np.ndarray, n_boot: int, seed: int = 0) -> list[torch.Tensor]:
+    """``n_boot`` bootstrap resamples of the prompts (with replacement), as per-state weights ``(states,)``: each
+    state counts as often as its prompt was drawn, so all of a prompt's states move together."""
     ids, inverse = np.unique(prompts, return_inverse=True)
     rng = np.random.default_rng(seed)
-    boot = np.array([ratios(torch.from_numpy(rng.multinomial(len(ids), np.full(len(ids), 1 / len(ids)))[inverse]
-                                             .astype(np.float64))) for _ in range(n_boot)]).reshape(n_boot, len(levels))
-    point = ratios(None)
+    return [torch.from_numpy(rng.multinomial(len(ids), np.full(len(ids), 1 / len(ids)))[inverse].astype(np.float64))
+            for _ in range(n_boot)]
+
+
+def _ratio_with_interval(sampler: list, confidence: list, levels: list[float], n_prompts: int) -> dict[str, dict]:
+    """Per error level: the sampler's global-threshold commits ÷ confidence's on all held-out states (the first
+    frontier of each list), and the 5th / 50th / 95th percentiles of that ratio over the resamples (the others,
+    the same resamples for both scores)."""
+    ratios = np.array([[x / y if x is not None and y else np.nan for x, y in zip(a, b)]
+                       for a, b in zip(sampler, confidence)]).reshape(len(sampler), len(levels))
     out = {}
     for j, level in enumerate(levels):
-        lo, mid, hi = np.nanpercentile(boot[:, j], [5, 50, 95]) if n_boot and np.isfinite(boot[:, j]).any() \
-            else (None, None, None)
-        out[str(level)] = {"ratio": point[j], "p05": lo, "p50": mid, "p95": hi, "prompts": int(len(ids))}
+        boot = ratios[1:, j]
+        lo, mid, hi = np.nanpercentile(boot, [5, 50, 95]) if np.isfinite(boot).any() else (None, None, None)
+        out[str(level)] = {"ratio": ratios[0, j], "p05": lo, "p50": mid, "p95": hi, "prompts": n_prompts}
     return out
 
 

@@ -50,19 +50,20 @@ class GrowableLayer(DynamicLayer):
         layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
         return layer
 
-    def _owns_views(self, key_states: torch.Tensor) -> bool:
+    def _owns_views(self, key_states: torch.Tensor, value_states: torch.Tensor) -> bool:
         """True when ``keys`` / ``values`` are still the leading columns of the buffers and the new states can be
-        written into them without a change of dtype, device, batch or heads."""
-        b, k, v = self._buf_k, self.keys, self.values
-        return (b is not None and k.data_ptr() == b.data_ptr() and v.data_ptr() == self._buf_v.data_ptr()
-                and k.shape[:2] == b.shape[:2] and k.stride() == b.stride()
-                and torch.promote_types(b.dtype, key_states.dtype) == b.dtype   # a write casts as cat promotes
-                and key_states.device == b.device and key_states.shape[:2] == b.shape[:2])
+        written into them without a change of device, batch or heads, their dtypes cast up as ``torch.cat``
+        would promote them."""
+        bk, bv, k, v = self._buf_k, self._buf_v, self.keys, self.values
+        return (bk is not None and k.data_ptr() == bk.data_ptr() and v.data_ptr() == bv.data_ptr()
+                and k.shape[:2] == bk.shape[:2] and k.stride() == bk.stride()
+                and torch.promote_types(bk.dtype, key_states.dtype) == bk.dtype
+                and torch.promote_types(bv.dtype, value_states.dtype) == bv.dtype
+                and key_states.device == bk.device and key_states.shape[:2] == bk.shape[:2])
 
-    def _reallocate(self, capacity: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        """Move the cached columns into fresh buffers of ``capacity`` columns (dtype promoted as ``torch.cat``
-        would promote it)."""
-        n = self.keys.shape[-2] if self.keys.dim() == 4 else 0
+    def _reallocate(self, n: int, capacity: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Move the ``n`` cached columns into fresh buffers of ``capacity`` columns (dtype promoted as
+        ``torch.cat`` would promote it)."""
         dtype = torch.promote_types(self.keys.dtype, key_states.dtype) if n else key_states.dtype
         shape_k = (*key_states.shape[:2], capacity, key_states.shape[-1])
         shape_v = (*value_states.shape[:2], capacity, value_states.shape[-1])
@@ -72,7 +73,6 @@ class GrowableLayer(DynamicLayer):
             buf_k[:, :, :n] = self.keys
             buf_v[:, :, :n] = self.values
         self._buf_k, self._buf_v = buf_k, buf_v
-        self.keys, self.values = buf_k[:, :, :n], buf_v[:, :, :n]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,14 +82,13 @@ class GrowableLayer(DynamicLayer):
             return super().update(key_states, value_states)      # in-place writes would break autograd
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        n = self.keys.shape[-2] if self.keys.dim() == 4 else 0
+        n = self.keys.shape[-2] if self.keys.dim() == 4 else 0   # lazy_initialization leaves an empty 1-D tensor
         need = n + key_states.shape[-2]
-        if not self._owns_views(key_states) or torch.promote_types(self._buf_v.dtype, value_states.dtype) != \
-                self._buf_v.dtype:
-            self._reallocate(need, key_states, value_states)
+        if not self._owns_views(key_states, value_states):
+            self._reallocate(n, need, key_states, value_states)
         elif need > self._buf_k.shape[-2]:
             cap = self._buf_k.shape[-2]
-            self._reallocate(max(need + _MIN_GROWTH, cap + cap // 2), key_states, value_states)
+            self._reallocate(n, max(need + _MIN_GROWTH, cap + cap // 2), key_states, value_states)
         self._buf_k[:, :, n:need] = key_states
         self._buf_v[:, :, n:need] = value_states
         self.keys, self.values = self._buf_k[:, :, :need], self._buf_v[:, :, :need]

@@ -118,12 +118,13 @@ def commits_at_error_rate(commits: torch.Tensor, errors: torch.Tensor, levels,
     if commits.shape != errors.shape or commits.dim() != 2:
         raise ValueError(f"commits and errors must share one (T, N) shape, got {tuple(commits.shape)} and "
                          f"{tuple(errors.shape)}")
-    w = torch.ones(commits.shape[1], dtype=torch.float64) if weights is None else weights.double().cpu()
+    w = torch.ones(commits.shape[1], dtype=torch.float64, device=commits.device) if weights is None \
+        else weights.to(commits.device, torch.float64)
     if w.shape != commits.shape[1:] or bool((w < 0).any()):
         raise ValueError(f"weights must be ({commits.shape[1]},) and non-negative, got {tuple(w.shape)}")
-    made = commits.double().cpu() @ w                                                # (T,) weighted commits
+    made = commits.double() @ w                                                      # (T,) weighted commits
     mean = made / w.sum().clamp(min=1e-12)                                           # (T,) tokens per state
-    rate = (errors.double().cpu() @ w) / made.clamp(min=1e-12)                       # (T,)
+    rate = (errors.double() @ w) / made.clamp(min=1e-12)                             # (T,)
     out = []
     for level in levels:
         if not 0.0 <= level <= 1.0:

@@ -50,10 +50,11 @@ class PrefixBank:
         cache = self.model.new_cache()
         cols = self.valid.shape[1]
         for i, (k, v) in enumerate(zip(self.k, self.v)):
+            layer = GrowableLayer.over(k.index_select(0, rows), v.index_select(0, rows), cols)
             if i < len(cache.layers):
-                cache.layers[i] = GrowableLayer.over(k.index_select(0, rows), v.index_select(0, rows), cols)
+                cache.layers[i] = layer
             else:                       # a lazily initialised cache (sliding-window models' PositionCache)
-                cache.layers.append(GrowableLayer.over(k.index_select(0, rows), v.index_select(0, rows), cols))
+                cache.layers.append(layer)
         valid = self.valid[rows]
         if isinstance(cache, PositionCache):  # position ids of the bank's columns (invalid ones are masked)
             cache.positions = (valid.long().cumsum(1) - 1).clamp_min(0)
