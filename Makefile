@@ -14,12 +14,12 @@ demo: env
 demo-tiny: env
 	.venv/bin/workbench demo --model tiny $(ARGS)
 
-# Two pytest-xdist workers, whole files to a worker (module fixtures built once), one math thread each: half the
-# suite is interpreter start-ups and subprocess CLI runs, which one worker alone leaves a core idle for, and two
-# workers of two threads each oversubscribe 2 cores (7 min 54 s vs 13 min 18 s serial, 15 min 12 s at two threads
-# a worker; benchmarks/RESULTS.md). `make test ARGS="-n 0"` runs serially.
+# Two pytest-xdist workers, whole files to a worker (module fixtures built once), one math thread each
+# (tests/conftest.py): most of the slowest tests start CLI subprocesses, whose ~10 s of imports one worker alone
+# leaves a core idle for (7 min 54 s vs 13 min 18 s serial on 2 cores; benchmarks/RESULTS.md).
+# `make test ARGS="-n 0"` runs serially.
 test: env
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python -m pytest -n 2 --dist loadfile $(ARGS)
+	.venv/bin/python -m pytest -n 2 --dist loadfile $(ARGS)
 
 test-all: env
 	.venv/bin/python -m pytest -m "" $(ARGS)

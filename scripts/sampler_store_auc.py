@@ -80,8 +80,9 @@ def main() -> None:
     st = {k: torch.cat(v) for k, v in states.items()}
     q = np.linspace(0.0, 1.0, args.n_thresholds)
     prompt_of_state = _prompt_of_rows(args.store, args.block_length, np.concatenate(state_rows))
+    n_prompts = len(np.unique(prompt_of_state))
     resamples = _prompt_resamples(prompt_of_state, args.bootstrap)       # (n_boot, states) weights, drawn once
-    conf_frontiers = None                                                 # confidence's, on each resample
+    conf_frontiers = None                      # confidence's on each resample: names[0], so computed first
     for s in names:
         p, pre = np.concatenate(position_scores[s]), np.concatenate(prefix[s])
         taus = np.unique(np.quantile(p, q))                           # thresholds in the score's own units
@@ -99,8 +100,7 @@ def main() -> None:
         if s == "top1_prob":
             conf_frontiers = frontiers
         else:
-            out["global_commits_ratio"] = _ratio_with_interval(frontiers, conf_frontiers, args.error_levels,
-                                                               len(np.unique(prompt_of_state)))
+            out["global_commits_ratio"] = _ratio_with_interval(frontiers, conf_frontiers, args.error_levels, n_prompts)
         print(json.dumps(out), flush=True)
 
 

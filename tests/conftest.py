@@ -14,6 +14,17 @@ from workbench.tokenizer import MASK_ID, byte_tokenizer
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (``make test``: two workers), one math thread per worker and per subprocess it starts.
+    Two workers of two threads each oversubscribe a 2-core machine: the suite took 15 min 25 s that way against
+    7 min 54 s at one thread a worker (``benchmarks/RESULTS.md``, tenth session). A thread count set in the
+    environment is kept."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, "1")
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
 @pytest.fixture
 def micro_model() -> TriModeLM:
     """A randomly initialised micro-preset tri-mode model in fp32 eval mode (seeded)."""

@@ -62,13 +62,13 @@ class GrowableLayer(DynamicLayer):
                 and key_states.device == bk.device and key_states.shape[:2] == bk.shape[:2])
 
     def _reallocate(self, n: int, capacity: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        """Move the ``n`` cached columns into fresh buffers of ``capacity`` columns (dtype promoted as
+        """Move the ``n`` cached columns into fresh buffers of ``capacity`` columns (each buffer's dtype promoted as
         ``torch.cat`` would promote it)."""
-        dtype = torch.promote_types(self.keys.dtype, key_states.dtype) if n else key_states.dtype
-        shape_k = (*key_states.shape[:2], capacity, key_states.shape[-1])
-        shape_v = (*value_states.shape[:2], capacity, value_states.shape[-1])
-        buf_k = torch.empty(shape_k, dtype=dtype, device=key_states.device)
-        buf_v = torch.empty(shape_v, dtype=dtype, device=value_states.device)
+        def fresh(cached: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+            dtype = torch.promote_types(cached.dtype, states.dtype) if n else states.dtype
+            return torch.empty((*states.shape[:2], capacity, states.shape[-1]), dtype=dtype, device=states.device)
+
+        buf_k, buf_v = fresh(self.keys, key_states), fresh(self.values, value_states)
         if n:
             buf_k[:, :, :n] = self.keys
             buf_v[:, :, :n] = self.values
