@@ -1,9 +1,12 @@
 """Optuna threshold sweep: Pareto export, resume after a SIGKILL continues the same study."""
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
+from contextlib import closing
 from functools import partial
 from pathlib import Path
 
@@ -24,19 +27,23 @@ def test_sweep_resumes_same_study_after_kill(cli, tmp_path, micro_checkpoint, sm
     out = tmp_path / "sweep"
     db = out / "optuna.db"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", *_args(micro_checkpoint, small_corpus, out, 200)],
-                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "killed_run.log"
+    with log.open("wb") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", *_args(micro_checkpoint, small_corpus, out, 200)],
+                                cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
 
     def completed():
+        # read-only: opening the storage with Optuna here would create its tables while the sweep does
         try:
-            s = optuna.load_study(study_name="threshold-sweep", storage=f"sqlite:///{db}")
-            return sum(t.state == optuna.trial.TrialState.COMPLETE for t in s.trials)
-        except Exception:
+            with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as con:
+                return con.execute("SELECT count(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0]
+        except sqlite3.Error:
             return 0
 
     deadline = time.time() + 120
     while completed() < 2 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.1)
+    assert proc.poll() is None, f"the sweep exited by itself (code {proc.returncode}): {log.read_text()[-3000:]}"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     first = completed()
@@ -53,6 +60,46 @@ def test_sweep_resumes_same_study_after_kill(cli, tmp_path, micro_checkpoint, sm
     # every non-Pareto trial is dominated by some Pareto trial
     for _, r in trials[~trials["pareto"]].iterrows():
         assert ((pareto["tpf"] >= r["tpf"]) & (pareto["agree_serial"] >= r["agree_serial"])).any()
+
+
+def test_processes_opening_one_new_sqlite_storage_together_all_succeed(tmp_path):
+    """Two workers opening a new SQLite study at once race on Optuna's CREATE TABLE ("table studies already
+    exists"); the loser reopens the finished schema instead of failing. Without the retry every round fails."""
+    from workbench.tune.storage import make_storage
+
+    for i in range(5):
+        out = tmp_path / str(i)
+        out.mkdir()
+        barrier, errors = threading.Barrier(2), []
+
+        def open_it():
+            barrier.wait()
+            try:
+                make_storage(None, out)
+            except Exception as e:  # noqa: BLE001 - collected and asserted below
+                errors.append(e)
+
+        threads = [threading.Thread(target=open_it) for _ in range(2)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        assert not errors, errors
+
+
+def test_a_storage_that_cannot_be_opened_is_not_retried(tmp_path, monkeypatch):
+    import optuna.storages
+
+    from workbench.tune.storage import make_storage
+
+    calls = []
+
+    def broken(url, **kw):
+        calls.append(url)
+        raise RuntimeError("no such host")
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", broken)
+    with pytest.raises(ValueError, match="cannot be opened as an RDB URL .*no such host"):
+        make_storage("postgresql://nowhere/db", tmp_path)
+    assert len(calls) == 1
 
 
 def test_confidence_threshold_range_validated():

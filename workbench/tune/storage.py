@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 
 import optuna
 
 #: Retries of a trial whose worker died.
 MAX_RETRY = 2
+
+#: Reopenings of an RDB storage whose tables another process was creating at the same moment.
+SCHEMA_RACE_RETRIES = 5
 
 OPTUNA_SAMPLERS = ("tpe", "nsga2")
 
@@ -37,22 +41,36 @@ def make_storage(storage: str | None, out_dir: Path, heartbeat_interval: int = 3
 
     if storage is None or "://" in storage:
         url = f"sqlite:///{(out_dir / 'optuna.db').resolve()}" if storage is None else storage
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")          # the heartbeat options are marked experimental
-                return RDBStorage(url, heartbeat_interval=heartbeat_interval,
-                                  grace_period=grace_period or 3 * heartbeat_interval,
-                                  heartbeat_stale_trial_callback=_retry())
-        except Exception as e:  # noqa: BLE001 - sqlalchemy's plugin / connection errors
-            raise ValueError(f"--storage {url} cannot be opened as an RDB URL ({type(e).__name__}: "
-                             f"{' '.join(str(e).split())}); give sqlite:///path.db, postgresql://..., mysql://... or "
-                             "a journal file path") from None
+        for attempt in range(SCHEMA_RACE_RETRIES + 1):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")          # the heartbeat options are marked experimental
+                    return RDBStorage(url, heartbeat_interval=heartbeat_interval,
+                                      grace_period=grace_period or 3 * heartbeat_interval,
+                                      heartbeat_stale_trial_callback=_retry())
+            except Exception as e:  # noqa: BLE001 - sqlalchemy's plugin / connection errors
+                if attempt < SCHEMA_RACE_RETRIES and _lost_schema_race(e):
+                    time.sleep(0.05 * (attempt + 1))     # another process is creating the tables: open them
+                    continue
+                raise ValueError(f"--storage {url} cannot be opened as an RDB URL ({type(e).__name__}: "
+                                 f"{' '.join(str(e).split())}); give sqlite:///path.db, postgresql://..., mysql://... "
+                                 "or a journal file path") from None
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     _check_journal(Path(storage))
     Path(storage).parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(storage)))
+
+
+def _lost_schema_race(e: Exception) -> bool:
+    """True when opening an RDB storage failed because another process created its tables (or stamped its schema
+    version) between Optuna's check and its ``CREATE TABLE``: two processes opening one new SQLite file together
+    fail this way (``table studies already exists``, ``UNIQUE constraint failed: alembic_version``, or SQLite's
+    ``database is locked``). Reopening then finds the finished schema."""
+    msg = str(e).lower()
+    return any(s in msg for s in ("already exists", "unique constraint failed: alembic_version", "database is locked",
+                                  "duplicate key value"))
 
 
 def _check_journal(path: Path) -> None:
