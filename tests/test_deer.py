@@ -527,3 +527,35 @@ def test_retrain_runs_the_recorded_commands_and_resumes(tmp_path, small_corpus, 
     (asset / "shipped.json").write_text(json.dumps(record))
     with pytest.raises(ValueError, match="not a DEER step; valid: deer teacher, train deer"):
         retrain_drafter(DeerRetrainConfig(asset=str(asset)))
+
+
+def test_teacher_first_answers_the_rest_of_the_same_prompt_list(tmp_path, small_corpus, tokenizer):
+    """``first = k`` answers prompts k, k+1, ... of the list a plain run answers (same ids, prompts and greedy
+    answers); data written before ``first`` existed resumes as ``first = 0``."""
+    import json
+
+    from workbench.corpus import CorpusError
+
+    target = _micro(0)
+    full = generate_teacher(_teacher_cfg(tmp_path / "full", small_corpus, 10), target, tokenizer)
+    cfg = _teacher_cfg(tmp_path / "rest", small_corpus, 6)
+    cfg.first = 4
+    rest = generate_teacher(cfg, target, tokenizer)
+    ids, prompts, answers = _table(full)
+    assert _table(rest) == (ids[4:], prompts[4:], answers[4:])
+    assert load_teacher(rest).settings["first"] == 4
+    cfg.first = 3                                   # another start is another data set
+    with pytest.raises(ValueError, match="first: 4 vs 3"):
+        generate_teacher(cfg, target, tokenizer)
+    side = full / "teacher.json"                    # written before the field existed
+    info = json.loads(side.read_text())
+    del info["settings"]["first"]
+    side.write_text(json.dumps(info))
+    generate_teacher(_teacher_cfg(tmp_path / "full", small_corpus, 10), target, tokenizer)
+    far = _teacher_cfg(tmp_path / "far", small_corpus, 2)
+    far.first = 10_000
+    with pytest.raises(CorpusError, match="none from first = 10000"):
+        generate_teacher(far, target, tokenizer)
+    assert not (tmp_path / "far").exists()           # nothing half-written
+    with pytest.raises(ValueError, match="first must be >= 0"):
+        TeacherConfig(first=-1).validate()

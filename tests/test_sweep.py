@@ -46,7 +46,9 @@ def test_sweep_resumes_same_study_after_kill(cli, tmp_path, micro_checkpoint, sm
     assert proc.poll() is None, f"the sweep exited by itself (code {proc.returncode}): {log.read_text()[-3000:]}"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    first = completed()
+    # the sweep is dead: open the study read-write now, which rolls back a journal the kill left mid-commit
+    first = sum(t.state == optuna.trial.TrialState.COMPLETE
+                for t in optuna.load_study(study_name="threshold-sweep", storage=f"sqlite:///{db}").trials)
     assert 2 <= first < 200
     p = cli(*_args(micro_checkpoint, small_corpus, out, first + 3))        # the rerun, in this process
     assert p.returncode == 0, p.stderr[-2000:]
@@ -178,8 +180,10 @@ def _toy_worker(journal: str, n_trials: int, index: int, ready) -> None:
     if index == 0 and not killed:                  # not once more after the kill, when run_workers finishes the study
         deadline = time.time() + 60
         while time.time() < deadline:
+            # worker 1 inside its hanging trial (its "slept" mark is set), not between mark_worker and the sleep
             other = [t for t in study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
-                     if t.user_attrs.get("worker", "").rpartition(":")[2] not in ("", str(os.getpid()))]
+                     if t.user_attrs.get("slept")
+                     and t.user_attrs.get("worker", "").rpartition(":")[2] not in ("", str(os.getpid()))]
             if other:
                 os.kill(int(other[0].user_attrs["worker"].rpartition(":")[2]), signal.SIGKILL)
                 break

@@ -12,7 +12,7 @@
 #
 # Then, two calls back to back (the machine stays warm 30 s between them):
 #   run  `bash scripts/device/smollm2_legs.sh setup`   carry [".gpu/whl", ".gpu/a", ".gpu/init"]
-#   run  `LEG_TIME=00:00:06:00 bash scripts/device/smollm2_legs.sh compare`   carry [".gpu/b"]   (or stage `leg`
+#   run  `LEG_TIME=00:00:06:00 bash scripts/device/smollm2_legs.sh compare`   carry [".gpu/b"]   (or stage `distill`, `leg`
 #        or `store`)
 set -euo pipefail
 PY=${PY:-.venv/bin/python}

@@ -18,6 +18,12 @@
 #             side by side from the same adapter (.gpu/init) with the same schedule and steps:
 #             smollm2_trimode_gpu4_data.yaml (stdlib text) and smollm2_trimode_gpu4_distill.yaml (the answers),
 #             each stopped by LEG_TIME, then `collect`
+#   distill   one further self-distillation leg on fresh answers, for a short lease (`setup` as for `leg`, the
+#             shipped adapter in .gpu/init, then `distill` with chunk b): SmolLM2's greedy answers to train-split
+#             prompts no earlier leg saw (smollm2_teacher.yaml with TEACHER_OPTS, default "--first 3440 --per_file 16
+#             --n_answers 3072": legs 4-5 trained on the first 3,440), stopped after TEACHER_TIME seconds (default
+#             200), then LEG_CONFIG (default smollm2_trimode_gpu6_distill) on them for LEG_TIME, then `collect`
+#             (the answers' teacher.json comes back in legs.tgz)
 #   store     issue 26 §3 on a GPU, for a short lease (`setup` as for `leg`, the shipped adapter in .gpu/init, then
 #             `store` with chunk b): the planned 1 M-row store of smollm2-135m-trimode (STORE_CONFIG, default
 #             smollm2_collect.yaml at B = 8, or smollm2_collect_b32.yaml with
@@ -142,6 +148,24 @@ case "$STAGE" in
     if [[ -n ${distill:-} ]]; then wait "$distill" || echo "the distill leg exited with $?"; fi
     show_leg smollm2_trimode_gpu4_data 3
     show_leg smollm2_trimode_gpu4_distill 3
+    bash "$0" collect
+    ;;
+  distill)
+    build_cache
+    t0=$SECONDS rc=0
+    TEACHER_TIME=${TEACHER_TIME:-200} TEACHER_OPTS=${TEACHER_OPTS:---first 3440 --per_file 16 --n_answers 3072} \
+      teacher || rc=$?
+    if (( rc != 0 )); then
+      echo "no complete teacher answers after $((SECONDS - t0)) s (exit $rc; 124: stopped by TEACHER_TIME)"
+      tail -n 5 "$ROOT/logs/teacher.log"
+      bash "$0" collect
+      exit 1
+    fi
+    echo "teacher answers in $((SECONDS - t0)) s: $(tail -n 1 "$ROOT/logs/teacher.log")"
+    name=${LEG_CONFIG:-smollm2_trimode_gpu6_distill}
+    train "$name" "$name" --lora_init "$ROOT/init" --train_data "$ROOT/runs/smollm2_teacher" --max_time "$LEG_TIME" \
+      || echo "leg exited with $?"
+    show_leg "$name" 25
     bash "$0" collect
     ;;
   store)

@@ -53,7 +53,9 @@ def test_killed_worker_trial_is_failed_and_retried(cli, micro_checkpoint, small_
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait()
                 st = _study(out, jpath)
-                stuck = [t for t in st.trials if t.state == optuna.trial.TrialState.RUNNING]
+                # with its parameters: the trial seen running may have finished before the kill landed, and
+                # the next one may not have drawn its parameters yet (then catch another)
+                stuck = [t for t in st.trials if t.state == optuna.trial.TrialState.RUNNING and t.params]
                 killed = stuck[0] if stuck else None
                 break
         if killed is not None:

@@ -27,7 +27,7 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..corpus import by_split, load_corpus
+from ..corpus import CorpusError, by_split, load_corpus
 from ..decoding.ar import ar_decode
 from ..evaluation.prompts import Prompt, make_prompts
 from ..utils import RunDirError, prepare_run_dir
@@ -36,7 +36,9 @@ SIDECAR = "teacher.json"
 META_KEY = b"deer_teacher"
 #: Settings that must match for a rerun to reuse existing chunks.
 SETTINGS = ("target", "corpus", "split", "prompt_len", "gen_len", "temperature", "seed", "chunk_size", "per_file",
-            "batch_size", "precision")
+            "batch_size", "precision", "first")
+#: Settings added after data was generated without them, with the value that data implies.
+SETTINGS_ADDED = {"first": 0}
 
 
 @dataclass
@@ -51,6 +53,10 @@ class TeacherConfig:
     """Corpus split of the prompts: 'train' or 'validation' (never the held-out 'test')."""
     n_answers: int = 2048
     """Number of answers (prompts)."""
+    first: int = 0
+    """Position of the first prompt answered in the split's prompt list. The list is a stable prefix in
+    ``n_answers`` and ``per_file``, so ``first = N`` answers only prompts that a run of N answers (or of fewer
+    ``per_file`` rounds giving N prompts) did not: fresh self-distillation data for a further training leg."""
     prompt_len: int = 128
     """Maximum prompt length in tokens."""
     gen_len: int = 128
@@ -80,6 +86,8 @@ class TeacherConfig:
         for name in ("n_answers", "prompt_len", "gen_len", "batch_size", "chunk_size", "per_file"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.first < 0:
+            raise ValueError(f"first must be >= 0, got {self.first}")
         if self.chunk_size % self.batch_size:
             raise ValueError(f"batch_size {self.batch_size} must divide chunk_size {self.chunk_size}")
         if self.temperature < 0:
@@ -92,9 +100,17 @@ class TeacherConfig:
 
 
 def teacher_prompts(cfg: TeacherConfig, tokenizer) -> list[Prompt]:
-    """The first ``cfg.n_answers`` prompts of the split (a stable prefix: more answers extend the list)."""
+    """Prompts ``cfg.first`` to ``cfg.first + cfg.n_answers - 1`` of the split (fewer when the split runs out;
+    a stable prefix: more answers extend the list). Each keeps its ``prompt_id``, its position in the whole list.
+
+    Raises :class:`~workbench.corpus.CorpusError` when the split has no prompt at or after ``cfg.first``."""
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
-    return make_prompts(docs, cfg.n_answers, cfg.prompt_len, cfg.gen_len, tokenizer, per_file=cfg.per_file)
+    prompts = make_prompts(docs, cfg.first + cfg.n_answers, cfg.prompt_len, cfg.gen_len, tokenizer,
+                           per_file=cfg.per_file)
+    if cfg.first and len(prompts) <= cfg.first:
+        raise CorpusError(f"the {cfg.split} split gives only {len(prompts)} prompts with per_file {cfg.per_file}, "
+                          f"none from first = {cfg.first}; raise --per_file or lower --first")
+    return prompts[cfg.first:]
 
 
 def _chunk_path(out: Path, i: int) -> Path:
@@ -118,7 +134,7 @@ def _check_resume(out: Path, settings: dict) -> None:
     side = out / SIDECAR
     if not side.exists():
         return
-    old = json.loads(side.read_text()).get("settings", {})
+    old = {**SETTINGS_ADDED, **json.loads(side.read_text()).get("settings", {})}
     diff = [f"{k}: {old.get(k)!r} vs {v!r}" for k, v in settings.items() if old.get(k) != v]
     if diff:
         raise ValueError(f"{out} holds teacher data generated with other settings ({'; '.join(diff)}); "
@@ -155,15 +171,21 @@ def generate_teacher(cfg: TeacherConfig, model=None, tokenizer=None,
     existing = Path(cfg.out_dir)
     if existing.is_dir() and any(existing.iterdir()) and not (existing / SIDECAR).exists():
         raise RunDirError(f"{existing} is not empty and holds no teacher data ({SIDECAR}); choose another --out_dir")
+    created = not existing.exists()
     out = prepare_run_dir(cfg.out_dir)
     settings = cfg.settings()
-    _check_resume(out, settings)
-    if model is None:
-        from ..model.load import resolve_device
-        from .models import load_target
+    try:
+        _check_resume(out, settings)
+        if model is None:
+            from ..model.load import resolve_device
+            from .models import load_target
 
-        model, tokenizer = load_target(cfg.target, resolve_device(cfg.device))
-    prompts = teacher_prompts(cfg, tokenizer)
+            model, tokenizer = load_target(cfg.target, resolve_device(cfg.device))
+        prompts = teacher_prompts(cfg, tokenizer)
+    except BaseException:
+        if created and not any(out.iterdir()):
+            out.rmdir()                         # nothing half-written: the folder this call made goes again
+        raise
     n = len(prompts)
     n_chunks = (n + cfg.chunk_size - 1) // cfg.chunk_size
     side = {"settings": settings, "n_answers": n, "complete": False,
