@@ -217,6 +217,7 @@ CHILD = textwrap.dedent("""
     for i in range(int(sys.argv[2])):
         if i not in w.done_items:
             print(i, flush=True)
+            sys.stdin.readline()         # the test's go: the child cannot run ahead of the kill
             w.append(i, *make_item(i))
     w.close()
     print("done", flush=True)
@@ -231,11 +232,15 @@ def test_resume_after_sigkill(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
     for kill_after in (7, 45, 90, None):  # three kills, then a run to completion
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(p), str(n)], stdout=subprocess.PIPE, text=True,
-                                cwd=repo, env=env)
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(p), str(n)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, cwd=repo, env=env)
         for line in proc.stdout:
+            if line.strip() == "done":
+                continue
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
             if kill_after is not None and line.strip() == str(kill_after):
-                os.kill(proc.pid, signal.SIGKILL)  # lands somewhere inside append / flush / commit
+                proc.kill()                       # lands somewhere inside append / flush / commit of that item
                 break
         proc.wait(timeout=60)
         assert proc.returncode == (-signal.SIGKILL if kill_after is not None else 0)
