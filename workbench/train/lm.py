@@ -55,9 +55,10 @@ class LMTrainConfig(DeviceConfig):
     """With ``init_from``: add ``[MASK]`` to a tokenizer that has none (the embeddings are resized)."""
     corpus: str = "stdlib"
     """Corpus: 'stdlib', a directory of source files, or a .txt / .jsonl file."""
-    train_data: str | None = None
-    """Self-distillation: a ``workbench deer teacher`` folder whose answers (the model's own continuations of
-    train-split prompts) replace the corpus's train split; validation stays on the corpus. None: the corpus."""
+    train_data: str | list[str] | None = None
+    """Self-distillation: a ``workbench deer teacher`` folder, or a list of them, whose answers (the model's own
+    continuations of train-split prompts) replace the corpus's train split; validation stays on the corpus.
+    None: the corpus."""
     out_dir: str = "runs/train_lm"
     """Run directory: resolved config, logs, Lightning checkpoints and the final model in ``model/``."""
     seq_len: int = 256
