@@ -551,7 +551,10 @@ def test_teacher_first_answers_the_rest_of_the_same_prompt_list(tmp_path, small_
     info = json.loads(side.read_text())
     del info["settings"]["first"]
     side.write_text(json.dumps(info))
+    chunks = sorted(full.glob("chunk-*.parquet"))
+    written = [c.stat().st_mtime_ns for c in chunks]
     generate_teacher(_teacher_cfg(tmp_path / "full", small_corpus, 10), target, tokenizer)
+    assert [c.stat().st_mtime_ns for c in chunks] == written     # resumed: every chunk kept, none regenerated
     far = _teacher_cfg(tmp_path / "far", small_corpus, 2)
     far.first = 10_000
     with pytest.raises(CorpusError, match="none from first = 10000"):

@@ -64,7 +64,7 @@ def test_sweep_resumes_same_study_after_kill(cli, tmp_path, micro_checkpoint, sm
         assert ((pareto["tpf"] >= r["tpf"]) & (pareto["agree_serial"] >= r["agree_serial"])).any()
 
 
-def test_processes_opening_one_new_sqlite_storage_together_all_succeed(tmp_path):
+def test_workers_opening_one_new_sqlite_storage_together_all_succeed(tmp_path):
     """Two workers opening a new SQLite study at once race on Optuna's CREATE TABLE ("table studies already
     exists"); the loser reopens the finished schema instead of failing. Without the retry every round fails."""
     from workbench.tune.storage import make_storage
@@ -85,6 +85,27 @@ def test_processes_opening_one_new_sqlite_storage_together_all_succeed(tmp_path)
         [t.start() for t in threads]
         [t.join() for t in threads]
         assert not errors, errors
+
+
+def test_a_schema_race_is_retried_a_bounded_number_of_times(tmp_path, monkeypatch):
+    import optuna.storages
+
+    from workbench.tune import storage
+
+    calls = []
+
+    def always_racing(url, **kw):
+        calls.append(url)
+        try:
+            raise RuntimeError("(sqlite3.OperationalError) table studies already exists")
+        except RuntimeError as e:                       # as Optuna wraps it
+            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from e
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", always_racing)
+    monkeypatch.setattr(storage.time, "sleep", lambda s: None)
+    with pytest.raises(ValueError, match="cannot be opened as an RDB URL .*StorageInternalError"):
+        storage.make_storage(None, tmp_path)
+    assert len(calls) == storage.SCHEMA_RACE_RETRIES + 1
 
 
 def test_a_storage_that_cannot_be_opened_is_not_retried(tmp_path, monkeypatch):

@@ -61,9 +61,9 @@ def teacher_tokens(path: str | list[str], eos_id: int) -> np.ndarray:
             raise CorpusError(f"teacher data in {p} is incomplete; rerun `workbench deer teacher` with the same settings")
         infos.append(info)
     parts, sep = [], np.array([eos_id], dtype=np.int32)
-    for path, info in zip(paths, infos):
+    for folder, info in zip(paths, infos):
         for name in info["chunks"]:
-            t = pq.read_table(Path(path) / name, columns=["prompt", "answer"])
+            t = pq.read_table(Path(folder) / name, columns=["prompt", "answer"])
             for prompt, answer in zip(t.column("prompt").to_pylist(), t.column("answer").to_pylist()):
                 parts += [np.asarray(prompt, dtype=np.int32), np.asarray(answer, dtype=np.int32), sep]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
@@ -153,7 +153,7 @@ class LMDataModule(pl.LightningDataModule):
         if self.train_tokens is not None:
             return
         docs = load_corpus(self.corpus)
-        if self.train_data:
+        if self.train_data is not None:             # an empty list is refused by teacher_tokens, not ignored
             eos = EOS_ID if self.tokenizer is None else self.tokenizer.eos_token_id
             self.train_tokens = teacher_tokens(self.train_data, eos)
         else:

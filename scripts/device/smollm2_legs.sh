@@ -52,10 +52,11 @@ train() {  # train <config> <out> [extra options...]: one leg, logged to $ROOT/l
     > "$ROOT/logs/$name.log" 2>&1
 }
 
-teacher() {  # SmolLM2's greedy answers (smollm2_teacher.yaml + TEACHER_OPTS) into $ROOT/runs/smollm2_teacher,
+teacher() {  # SmolLM2's greedy answers (smollm2_teacher.yaml + TEACHER_OPTS) into $TEACHER_DIR
+              # (default $ROOT/runs/smollm2_teacher),
               # stopped after TEACHER_TIME seconds (0: never)
   timeout "${TEACHER_TIME:-0}" $PY -c 'import sys; from workbench.deer.teacher import main; sys.exit(main(sys.argv[1:]))' \
-    --config workbench/configs/smollm2_teacher.yaml --out_dir "$ROOT/runs/smollm2_teacher" ${TEACHER_OPTS:-} \
+    --config workbench/configs/smollm2_teacher.yaml --out_dir "${TEACHER_DIR:-$ROOT/runs/smollm2_teacher}" ${TEACHER_OPTS:-} \
     > "$ROOT/logs/teacher.log" 2>&1
 }
 
@@ -121,7 +122,7 @@ case "$STAGE" in
       fi
     done
     tar czf "$OUT/legs.tgz" -C "$ROOT" logs $(cd "$ROOT" && ls -d runs/*/config.yaml runs/*/metrics.json \
-      runs/*/logs/version_0/metrics.csv runs/*/model/*.json runs/*/model/*.csv runs/smollm2_teacher/teacher.json 2>/dev/null)
+      runs/*/logs/version_0/metrics.csv runs/*/model/*.json runs/*/model/*.csv runs/smollm2_teacher*/teacher.json 2>/dev/null)
     ls -la "$OUT"
     ;;
   leg)
@@ -153,9 +154,9 @@ case "$STAGE" in
     ;;
   distill)
     build_cache
-    t0=$SECONDS rc=0
-    TEACHER_TIME=${TEACHER_TIME:-200} TEACHER_OPTS=${TEACHER_OPTS:---first 3440 --per_file 16 --n_answers 3072} \
-      teacher || rc=$?
+    t0=$SECONDS rc=0 fresh="$ROOT/runs/smollm2_teacher_fresh"    # not `compare`'s folder (other settings)
+    TEACHER_DIR=$fresh TEACHER_TIME=${TEACHER_TIME:-200} \
+      TEACHER_OPTS=${TEACHER_OPTS:---first 3440 --per_file 16 --n_answers 3072} teacher || rc=$?
     if (( rc != 0 )); then
       echo "no complete teacher answers after $((SECONDS - t0)) s (exit $rc; 124: stopped by TEACHER_TIME)"
       tail -n 5 "$ROOT/logs/teacher.log"
@@ -163,14 +164,24 @@ case "$STAGE" in
       exit 1
     fi
     echo "teacher answers in $((SECONDS - t0)) s: $(tail -n 1 "$ROOT/logs/teacher.log")"
-    data="$ROOT/runs/smollm2_teacher"
     if [[ -d .gpu/answers ]]; then rm -rf "$ROOT/answers"; cp -r .gpu/answers "$ROOT/answers"; fi
-    for d in "$ROOT"/answers/*/; do                 # answers made beforehand on a CPU (pack_lease.sh ANSWERS=...)
-      if [[ -f $d/teacher.json ]]; then data="$data, ${d%/}"; fi
-    done
-    echo "train_data: [$data]"
+    # the fresh answers and the complete teacher folders made beforehand on a CPU (pack_lease.sh ANSWERS=...),
+    # as a JSON list (a comma or colon in a path stays inside its item)
+    data=$($PY - "$fresh" "$ROOT"/answers/*/ <<'PYEOF'
+import json, pathlib, sys
+keep = []
+for d in sys.argv[1:]:
+    side = pathlib.Path(d) / "teacher.json"
+    if side.is_file() and json.loads(side.read_text()).get("complete"):
+        keep.append(str(pathlib.Path(d)))
+    elif pathlib.Path(d).is_dir():
+        print(f"skipped {d}: no complete teacher data", file=sys.stderr)
+print(json.dumps(keep))
+PYEOF
+)
+    echo "train_data: $data"
     name=${LEG_CONFIG:-smollm2_trimode_gpu6_distill}
-    train "$name" "$name" --lora_init "$ROOT/init" --train_data "[$data]" --max_time "$LEG_TIME" \
+    train "$name" "$name" --lora_init "$ROOT/init" --train_data "$data" --max_time "$LEG_TIME" \
       || echo "leg exited with $?"
     show_leg "$name" 25
     bash "$0" collect

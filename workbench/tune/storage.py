@@ -67,10 +67,14 @@ def _lost_schema_race(e: Exception) -> bool:
     """True when opening an RDB storage failed because another process created its tables (or stamped its schema
     version) between Optuna's check and its ``CREATE TABLE``: two processes opening one new SQLite file together
     fail this way (``table studies already exists``, ``UNIQUE constraint failed: alembic_version``, or SQLite's
-    ``database is locked``). Reopening then finds the finished schema."""
-    msg = str(e).lower()
-    return any(s in msg for s in ("already exists", "unique constraint failed: alembic_version", "database is locked",
-                                  "duplicate key value"))
+    ``database is locked``; PostgreSQL's ``duplicate key value``, MySQL's ``Duplicate entry``), also where Optuna
+    wrapped the database's error. Reopening then finds the finished schema."""
+    msgs = []
+    while e is not None and len(msgs) < 8:       # Optuna wraps some SQLAlchemy errors (StorageInternalError)
+        msgs.append(str(e).lower())
+        e = e.__cause__ or e.__context__
+    return any(s in msg for msg in msgs for s in ("already exists", "unique constraint failed: alembic_version",
+                                                   "database is locked", "duplicate key value", "duplicate entry"))
 
 
 def _check_journal(path: Path) -> None:
