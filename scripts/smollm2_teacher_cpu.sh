@@ -7,6 +7,8 @@
 # is byte-identical on both machines gives no repeated prompt. The corpus is each machine's own stdlib (the device
 # runs another Python, without Lib/test), so a file that differs between the two versions may give a near-repeat,
 # and prompt ids number each machine's own list. Resumable: rerun the same command (in the background, in legs).
+# To ship what is done so far (pack_lease.sh takes complete folders only), rerun with N_ANSWERS = 128 x the chunks
+# on disk: every chunk is kept and the folder is marked complete; a later run with a larger N_ANSWERS extends it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec nice -n 10 "${PY:-.venv/bin/python}" -m workbench.cli deer teacher --config workbench/configs/smollm2_teacher.yaml \
