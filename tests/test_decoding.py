@@ -92,6 +92,11 @@ def test_real_context_nll_matches_naive(micro_model):
         assert got[r] == pytest.approx(tot / 8, rel=1e-4)
     free = ar_nll(micro_model, prompts, gen)
     assert free[0] != pytest.approx(got[0])
+    for r in range(2):                                   # free-running: the prompt and g_<i
+        with torch.no_grad():
+            lp = torch.log_softmax(micro_model.causal_logits(torch.tensor([prompts[r] + gen[r]]))[0].float(), -1)
+        naive = -sum(lp[len(prompts[r]) - 1 + k, gen[r][k]].item() for k in range(8)) / 8
+        assert free[r] == pytest.approx(naive, rel=1e-4)
 
 
 @pytest.mark.parametrize("kw, msg", [

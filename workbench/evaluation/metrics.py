@@ -115,8 +115,8 @@ def ar_token_logprobs(model, prompts: list[list[int]], generated: list[list[int]
         if real is None:
             seq = torch.cat([ids, gen], 1)
             kv = torch.cat([valid, ones], 1)
-            logits = model.extend(seq, model.new_cache(), kv)
-            pred = logits[:, p - 1:p - 1 + m]
+            # the LM head on the m positions that predict g only (the last m + 1 but the very last)
+            pred = model.extend(seq, model.new_cache(), kv, logits_to_keep=m + 1)[:, :m]
         else:
             b = block_length or m
             rl = torch.tensor([list(r)[:m] for r in real], dtype=torch.long, device=dev)
@@ -138,10 +138,10 @@ def ar_token_logprobs(model, prompts: list[list[int]], generated: list[list[int]
             allowed[p + m:, p + m:] = same
             full = allowed[None] & kv[:, None, :]
             full |= torch.eye(s, dtype=torch.bool, device=dev)[None]
-            logits = model.call_backbone(seq, pos, to_additive(full, model.mask_dtype))
             first = p - 1 + blk * b  # logit index predicting the first token of each block
             idx = torch.where(gi % b == 0, first, p + m + gi - 1)
-            pred = logits[:, idx]
+            # the LM head on those m positions only (not the prompt's and the real copy's)
+            pred = model.call_backbone(seq, pos, to_additive(full, model.mask_dtype), logits_to_keep=idx)
     z = pred.float() / temperature
     if model.gated and model.has_mask_token:
         z[..., model.mask_token_id] = float("-inf")       # the base model has no mask token

@@ -216,15 +216,16 @@ class TriModeLM(nn.Module):
         return use_growable_layers(DynamicCache(config=self.backbone.config))
 
     def call_backbone(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None,
-                      cache: DynamicCache | None = None, logits_to_keep: int = 0) -> torch.Tensor:
+                      cache: DynamicCache | None = None, logits_to_keep: int | torch.Tensor = 0) -> torch.Tensor:
         """The one backbone forward every masked path uses: ``ids`` ``(N, Q)`` at position ids ``pos`` ``(N, Q)``
         with a mask ``(N or 1, 1, Q, cache_len + Q)`` (``None``: causal), appending to ``cache`` if given. The mask
         is additive float, or already in :attr:`attention_path`'s representation (boolean, ``BlockMask``), and
         is converted to that path (:func:`~workbench.model.attention.to_path`). For a sliding-window model the
         window is applied on position ids (:func:`~workbench.model.window.layer_masks`) and the cache records the
         new keys' positions. Returns logits ``(N, Q, V)``, or ``(N, logits_to_keep, V)`` of the last positions
-        when ``logits_to_keep`` > 0 (the LM head then runs on those positions only: on SmolLM2-135M it is a fifth
-        of a forward's products)."""
+        when ``logits_to_keep`` > 0, or ``(N, K, V)`` of the positions a 1-D index tensor ``logits_to_keep`` of
+        length K names (the LM head then runs on those positions only: on SmolLM2-135M it is a fifth of a
+        forward's products)."""
         attn = mask
         if self.layout.windowed:
             k_pos = cache.key_positions(pos) if cache is not None else pos
@@ -236,7 +237,7 @@ class TriModeLM(nn.Module):
             path = self.attention_path
             attn = {k: to_path(v, path) for k, v in attn.items()} if isinstance(attn, dict) else to_path(attn, path)
         kw = {cache_keyword(self.backbone): cache} if cache is not None else {}
-        if logits_to_keep:
+        if isinstance(logits_to_keep, torch.Tensor) or logits_to_keep:
             kw["logits_to_keep"] = logits_to_keep
         out = self.backbone(input_ids=ids, position_ids=pos, attention_mask=attn, use_cache=cache is not None, **kw)
         if cache is not None and self.layout.windowed:
