@@ -29,7 +29,8 @@ def test_sweep_resumes_same_study_after_kill(cli, tmp_path, micro_checkpoint, sm
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     log = tmp_path / "killed_run.log"
     with log.open("wb") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", *_args(micro_checkpoint, small_corpus, out, 200)],
+        proc = subprocess.Popen([sys.executable, "-m", "workbench.cli",
+                                 *_args(micro_checkpoint, small_corpus, out, 200)],
                                 cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
 
     def completed():

@@ -55,7 +55,8 @@ def teacher_tokens(path: str | list[str], eos_id: int) -> np.ndarray:
     for p in paths:
         side = Path(p) / "teacher.json"
         if not side.is_file():
-            raise CorpusError(f"{p} holds no teacher data (teacher.json missing); make it with `workbench deer teacher`")
+            raise CorpusError(f"{p} holds no teacher data (teacher.json missing); "
+                              "make it with `workbench deer teacher`")
         info = json.loads(side.read_text())
         if not info.get("complete"):
             raise CorpusError(f"teacher data in {p} is incomplete; rerun `workbench deer teacher` with the same settings")
@@ -134,7 +135,8 @@ class LMDataModule(pl.LightningDataModule):
         tokenizer: ``None`` for the byte-level fast path, else a Hugging Face tokenizer.
         num_workers: DataLoader workers.
         train_data: optional ``workbench deer teacher`` folder, or a list of them: train on their answers
-            (:func:`teacher_tokens`) instead of the corpus's train split; validation stays on the corpus's validation split.
+            (:func:`teacher_tokens`) instead of the corpus's train split; validation stays on the corpus's
+            validation split.
         per_device_batch: windows per forward on one device (:func:`workbench.distributed.batch_plan`);
             None: ``batch_size``.
     """
