@@ -22,9 +22,11 @@
 #             shipped adapter in .gpu/init, then `distill` with chunk b): SmolLM2's greedy answers to train-split
 #             prompts no earlier leg saw (smollm2_teacher.yaml with TEACHER_OPTS, default "--first 3440 --per_file 16
 #             --n_answers 3072": legs 4-5 trained on the first 3,440), stopped after TEACHER_TIME seconds (default
-#             200), then LEG_CONFIG (default smollm2_trimode_gpu6_distill) on them, and on the teacher folders
-#             carried with this call in .gpu/answers/<name>/ (made beforehand on a CPU; `setup`'s carry is full),
-#             for LEG_TIME, then `collect` (the answers' teacher.json comes back in legs.tgz)
+#             200), then LEG_CONFIG (default smollm2_trimode_gpu6_distill) on them, and on the complete teacher
+#             folders carried with this call in .gpu/answers/<name>/ (made beforehand on a CPU; `setup`'s carry is
+#             full), for LEG_TIME (set it so that the call fits: LEG_TIME=00:00:05:00 with the default
+#             TEACHER_TIME), then `collect` (the answers' teacher.json comes back in legs.tgz). If the fresh
+#             answers are not complete in time, the leg trains on the carried ones alone
 #   store     issue 26 §3 on a GPU, for a short lease (`setup` as for `leg`, the shipped adapter in .gpu/init, then
 #             `store` with chunk b): the planned 1 M-row store of smollm2-135m-trimode (STORE_CONFIG, default
 #             smollm2_collect.yaml at B = 8, or smollm2_collect_b32.yaml with
@@ -157,13 +159,12 @@ case "$STAGE" in
     t0=$SECONDS rc=0 fresh="$ROOT/runs/smollm2_teacher_fresh"    # not `compare`'s folder (other settings)
     TEACHER_DIR=$fresh TEACHER_TIME=${TEACHER_TIME:-200} \
       TEACHER_OPTS=${TEACHER_OPTS:---first 3440 --per_file 16 --n_answers 3072} teacher || rc=$?
-    if (( rc != 0 )); then
-      echo "no complete teacher answers after $((SECONDS - t0)) s (exit $rc; 124: stopped by TEACHER_TIME)"
+    if (( rc != 0 )); then          # the leg still runs on the carried answers, if there are any
+      echo "no complete fresh answers after $((SECONDS - t0)) s (exit $rc; 124: stopped by TEACHER_TIME)"
       tail -n 5 "$ROOT/logs/teacher.log"
-      bash "$0" collect
-      exit 1
+    else
+      echo "teacher answers in $((SECONDS - t0)) s: $(tail -n 1 "$ROOT/logs/teacher.log")"
     fi
-    echo "teacher answers in $((SECONDS - t0)) s: $(tail -n 1 "$ROOT/logs/teacher.log")"
     if [[ -d .gpu/answers ]]; then rm -rf "$ROOT/answers"; cp -r .gpu/answers "$ROOT/answers"; fi
     # the fresh answers and the complete teacher folders made beforehand on a CPU (pack_lease.sh ANSWERS=...),
     # as a JSON list (a comma or colon in a path stays inside its item)
@@ -180,6 +181,7 @@ print(json.dumps(keep))
 PYEOF
 )
     echo "train_data: $data"
+    if [[ $data == "[]" ]]; then echo "no complete teacher data to train on"; bash "$0" collect; exit 1; fi
     name=${LEG_CONFIG:-smollm2_trimode_gpu6_distill}
     train "$name" "$name" --lora_init "$ROOT/init" --train_data "$data" --max_time "$LEG_TIME" \
       || echo "leg exited with $?"
