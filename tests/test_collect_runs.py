@@ -37,8 +37,21 @@ def _shard_locked(shard_dir) -> bool:
     except FileNotFoundError:
         return False
     dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    with open("/proc/locks") as f:
-        return any(line.split()[1] == "FLOCK" and line.split()[5] == dev for line in f if len(line.split()) > 5)
+    try:
+        with open("/proc/locks") as f:
+            return any(line.split()[1] == "FLOCK" and line.split()[5] == dev for line in f if len(line.split()) > 5)
+    except OSError:                                      # no /proc/locks: probe with a flock of our own
+        import fcntl
+
+        fd = os.open(shard_dir, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
 
 
 def _canonical(path) -> dict:
