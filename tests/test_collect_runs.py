@@ -31,27 +31,15 @@ def _committed_items(out) -> int:
 
 def _shard_locked(shard_dir) -> bool:
     """Whether a collection holds the shard writer's flock on ``shard_dir`` (taken when its writers open), read from
-    ``/proc/locks``: probing with a flock of our own could make the writer's non-blocking flock fail."""
+    ``/proc/locks`` (``id: FLOCK ADVISORY WRITE pid maj:min:inode start end``): probing with a flock of our own
+    could make the writer's non-blocking flock fail."""
     try:
         st = os.stat(shard_dir)
     except FileNotFoundError:
         return False
     dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    try:
-        with open("/proc/locks") as f:
-            return any(line.split()[1] == "FLOCK" and line.split()[5] == dev for line in f if len(line.split()) > 5)
-    except OSError:                                      # no /proc/locks: probe with a flock of our own
-        import fcntl
-
-        fd = os.open(shard_dir, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return False
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
+    with open("/proc/locks") as f:
+        return any(len(w) > 5 and w[1] == "FLOCK" and w[5] == dev for w in map(str.split, f))
 
 
 def _canonical(path) -> dict:

@@ -1,6 +1,7 @@
 """DEER (deer.txt): Stage I / II masking and loss (Eq. 1–4), block-draft attention, lossless decoding
 (Alg. 1, Eq. 5–6), shared-tokenizer check, resumable teacher data, and a micro training run."""
 import itertools
+import json
 import math
 from types import SimpleNamespace
 
@@ -484,8 +485,6 @@ def test_train_deer_stage2_without_init_is_a_one_line_error(tmp_path, capsys):
 def test_retrain_runs_the_recorded_commands_and_resumes(tmp_path, small_corpus, micro_checkpoint):
     """``deer retrain`` runs a shipped drafter's recorded commands (teacher, Stage I, Stage II), reports the
     retrained beside the shipped metrics, and a second run reuses every finished step (same drafter)."""
-    import json
-
     import yaml
 
     from workbench.deer.retrain import DeerRetrainConfig, retrain_drafter
@@ -532,8 +531,6 @@ def test_retrain_runs_the_recorded_commands_and_resumes(tmp_path, small_corpus, 
 def test_teacher_first_answers_the_rest_of_the_same_prompt_list(tmp_path, small_corpus, tokenizer):
     """``first = k`` answers prompts k, k+1, ... of the list a plain run answers (same ids, prompts and greedy
     answers); data written before ``first`` existed resumes as ``first = 0``."""
-    import json
-
     from workbench.corpus import CorpusError
 
     target = _micro(0)
@@ -588,9 +585,11 @@ def test_teacher_tokens_are_prompt_answer_eos_rows_of_one_or_more_folders(tmp_pa
     assert both.dtype == np.int32 and both.tolist() == expect(a) + expect(b)
     whole = generate_teacher(_teacher_cfg(tmp_path / "whole", small_corpus, 8), target, tokenizer)
     assert both.tolist() == teacher_tokens(str(whole), eos).tolist()       # first = 5 continues the same list
-    with pytest.raises(KeyboardInterrupt):
-        generate_teacher(_teacher_cfg(tmp_path / "cut", small_corpus, 10), target, tokenizer,
-                         on_chunk=lambda i: (_ for _ in ()).throw(KeyboardInterrupt))
+    def interrupt(chunk_index):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):                           # stopped after its first chunk
+        generate_teacher(_teacher_cfg(tmp_path / "cut", small_corpus, 10), target, tokenizer, on_chunk=interrupt)
     with pytest.raises(CorpusError, match="cut is incomplete"):
         teacher_tokens([str(a), str(tmp_path / "cut")], eos)
     with pytest.raises(CorpusError, match="empty list"):
