@@ -38,7 +38,8 @@ def test_micro_demo_end_to_end(tmp_path, small_corpus):
     assert set(metrics["timing_s"]) == {"corpus", "heldout", "evaluation", "collection", "sampler", "lora", "sol", "deer",
                                         "leaderboard", "total"}
     report = (out / "report.md").read_text()
-    assert "Headline" in report and "unigram baseline" in report
+    assert "Headline: diffusion mode, B = 8" in report and "unigram baseline" in report
+    assert {"tpf", "agree_serial"} <= set(metrics["headline"]["real"])  # B = 16 not decoded: the largest B
     # the free-running degeneration check: greedy, diffusion, sampling and real rows, and a verdict
     fr_run = metrics["free_running"]
     assert set(fr_run["rows"]) == {"real continuation", "AR greedy", "diffusion B=8 τ=0.9", "AR sampling T=1"}

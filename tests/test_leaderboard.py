@@ -148,3 +148,52 @@ def test_tiny_leaderboard_runs_its_shipped_sampler_and_drafter(small_corpus, tmp
     assert set(df["decoder"]) == {"ar_greedy", "serial", "sampler", "deer"} and (df["status"] == "ok").all()
     df = df[df["decoder"].isin(["sampler", "deer"])]
     assert (df["tpf"] >= 1.0).all() and df[df["decoder"] == "deer"]["lossless"].all()
+
+
+def test_reuses_the_sweeps_decodes(micro_checkpoint, small_corpus, tmp_path, monkeypatch):
+    """The demo's leaderboard shares ``decode_cache`` with its sweep: a run the sweep decoded on the same prompts,
+    precision and batch size is not decoded again (nor warmed up), and its row equals a run without the cache."""
+    import torch
+
+    import workbench.leaderboard.run as lb
+    from workbench.corpus import by_split, load_corpus
+    from workbench.evaluation.harness import EvalConfig, evaluate_model
+    from workbench.evaluation.prompts import make_prompts
+    from workbench.model.load import load_model
+
+    model, tok, _ = load_model(str(micro_checkpoint), torch.device("cpu"), False)
+    prompts = make_prompts(by_split(load_corpus(str(small_corpus)), "test"), 3, 48, 16, tok)
+    cache: dict = {}
+    evaluate_model(model, tok, prompts, EvalConfig(block_lengths=[8], thresholds=[0.9], gen_len=16, precision="fp32",
+                                                   batch_size=4, sample_temperatures=[], progress_bar=False),
+                   decode_cache=cache)
+    calls = []
+    real = lb.decode_prompts
+    monkeypatch.setattr(lb, "decode_prompts", lambda m, policy, ps, mode, *a, **k:
+                        calls.append((policy, mode)) or real(m, policy, ps, mode, *a, **k))
+    kw = dict(decoders=["ar_greedy", "serial", "confidence", "ss_linear"], block_lengths=[8], sol=False)
+    shared, _ = run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "a", **kw), model, tok, cache)
+    assert calls == [("ss_linear", "real"), ("ss_linear", "free")]      # the sweep's runs: served from the cache
+    calls.clear()
+    alone, _ = run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "b", **kw), model, tok)
+    assert len(calls) == 1 + 8                                          # warm-up + every row
+    cols = ["decoder", "mode", "tpf", "agree_ar", "agree_serial", "lossless", "repetition"]
+    pd.testing.assert_frame_equal(shared[cols], alone[cols])
+    calls.clear()                                                       # other prompts: nothing reused
+    run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "c", **kw, n_prompts=2), model, tok, cache)
+    assert len(calls) == 1 + 8
+
+
+def test_real_context_rows_for_named_decoders(micro_checkpoint, small_corpus, tmp_path):
+    """``real_context_decoders``: only the named decoders (and the references) get real-context rows; an unknown
+    name is refused in one line listing the valid ones."""
+    df, _ = run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "a", block_lengths=[8], sol=False,
+                                 decoders=["confidence", "ss_linear", "ss_quadratic"],
+                                 real_context_decoders=["ss_linear"]))
+    real = df[(df["status"] == "ok") & (df["mode"] == "real")]
+    free = df[(df["status"] == "ok") & (df["mode"] == "free")]
+    assert set(real["decoder"]) == {"ar_greedy", "serial", "ss_linear"}
+    assert set(free["decoder"]) == {"ar_greedy", "serial", "confidence", "ss_linear", "ss_quadratic"}
+    with pytest.raises(DecodeError, match="valid: .*ar_greedy"):
+        run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "x", real_context_decoders=["nope"]))
+    assert not (tmp_path / "x").exists()

@@ -287,3 +287,29 @@ def test_greedy_acceptance_counts_every_block(micro_model):
         assert s.loc[b, "greedy_acceptance"] == pytest.approx(sel["block_length"].sum() / sel["greedy_forwards"].sum())
         assert s.loc[b, "greedy_acceptance"] <= s.loc[b, "sol_acceptance"] + 1e-9
         assert s.loc[b, "greedy_acceptance"] <= b
+
+
+def test_cache_returns_the_same_search_without_forwards(models, monkeypatch):
+    """``run_sol(cache=...)`` (the demo's SOL stage and its leaderboard's ceilings): a search already run with
+    the same prompts, settings and targets is returned without a forward; any other one is searched."""
+    from workbench.sol.bank import PrefixBank
+
+    calls = []
+    real = PrefixBank.evaluate
+    monkeypatch.setattr(PrefixBank, "evaluate", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    prompts, cache = [list(range(10, 40)), list(range(50, 62))], {}
+    first = run_sol(models[0], prompts, 4, 2, pad_id=0, budget=50, cache=cache)
+    n_first, seen = len(calls), []
+    again = run_sol(models[0], prompts, 4, 2, pad_id=0, budget=50, cache=cache, progress=seen.append)
+    assert n_first > 0 and len(calls) == n_first and seen == [len(first)]
+    keys = ("sol_forwards", "greedy_forwards", "forced_commits", "sol_path", "block_index", "prompt_index")
+    assert [[r[k] for k in keys] for r in again] == [[r[k] for k in keys] for r in first]
+    again[0]["sol_forwards"] = -1                                           # a copy: the cache is not changed
+    assert run_sol(models[0], prompts, 4, 2, pad_id=0, budget=50, cache=cache)[0]["sol_forwards"] >= 1
+    targets = [[int(t) for r in first if r["prompt_index"] == i for t in r["target"]] for i in range(2)]
+    for kw in ({"budget": 51}, {"threshold": 0.5}, {"targets": targets}):   # other settings: searched again
+        before = len(calls)
+        other = run_sol(models[0], prompts, 4, 2, pad_id=0, **{"budget": 50, **kw}, cache=cache)
+        assert len(calls) > before
+    # the last one, SOL with the serial target given explicitly, finds the same schedules
+    assert [r["sol_path"] for r in other] == [r["sol_path"] for r in first]

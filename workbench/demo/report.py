@@ -6,16 +6,17 @@ import pandas as pd
 
 from ..evaluation.harness import MODE_NAMES
 from ..evaluation.report import fmt, markdown_table
+from ..tokenizer import is_byte_tokenizer
 from .config import HEADLINE, TARGETS
 from .stages import collection, deer, leaderboard, lora, sampler, sol
 
 
-def headline(summary: pd.DataFrame) -> dict:
+def headline(summary: pd.DataFrame, block_length: int = HEADLINE["block_length"]) -> dict:
     """Per decoding mode, the confidence row at the headline block length and threshold (TPF, agreement...)."""
     out = {}
     for mode in summary["mode"].unique():
         s = summary[(summary["mode"] == mode) & (summary["policy"] == "confidence")
-                    & (summary["block_length"] == HEADLINE["block_length"])
+                    & (summary["block_length"] == block_length)
                     & (np.isclose(summary["threshold"], HEADLINE["threshold"]))]
         if len(s):
             r = s.iloc[0]
@@ -23,14 +24,14 @@ def headline(summary: pd.DataFrame) -> dict:
                                                  "repetition", "real_repetition", "ws_share_multi", "real_ws_share")}
         ar = summary[(summary["mode"] == mode) & (summary["policy"] == "ar_greedy")]
         if len(ar):
-            r = ar.iloc[0] if mode == "free" else ar[ar["block_length"] == HEADLINE["block_length"]].iloc[0] \
-                if (ar["block_length"] == HEADLINE["block_length"]).any() else ar.iloc[0]
+            r = ar.iloc[0] if mode == "free" else ar[ar["block_length"] == block_length].iloc[0] \
+                if (ar["block_length"] == block_length).any() else ar.iloc[0]
             out.setdefault(mode, {})["ar_repetition"] = float(r["repetition"])
             out[mode]["ar_token_acc"] = float(r["token_acc"])
     return out
 
 
-def degeneration(summary: pd.DataFrame) -> dict | None:
+def degeneration(summary: pd.DataFrame, block_length: int = HEADLINE["block_length"]) -> dict | None:
     """Free-running degeneration check from the summary means.
 
     Rows: repetition, whitespace share and out-of-vocabulary word rate of the real continuations, AR
@@ -42,8 +43,7 @@ def degeneration(summary: pd.DataFrame) -> dict | None:
     if not len(greedy) or not len(conf):
         return None
     # the headline (B, τ); a sweep without it falls back to its largest B and τ
-    b = HEADLINE["block_length"]
-    b = b if (conf["block_length"] == b).any() else conf["block_length"].max()
+    b = block_length if (conf["block_length"] == block_length).any() else conf["block_length"].max()
     conf = conf[conf["block_length"] == b]
     t = HEADLINE["threshold"] if np.isclose(conf["threshold"], HEADLINE["threshold"]).any() else conf["threshold"].max()
     diff = conf[np.isclose(conf["threshold"], t)]
@@ -73,6 +73,17 @@ def _unlikelihood_note(tc: dict) -> str:
             f"{tc['ul_ngram']}-grams of greedy continuations, weight {tc['ul_weight']}")
 
 
+def _heldout_target(held: dict, tok) -> str:
+    """The held-out AR-loss target line: ≤ 1 nat/byte for a byte-level model (tiny's target); none for a BPE
+    model, whose nats per token are not comparable with it (a converted model's AR mode is its base model's,
+    logit for logit: ``tests/test_gated_lora.py``)."""
+    if not is_byte_tokenizer(tok):
+        return ("No nats-per-byte target for a BPE tokenizer (tiny's target ≤ "
+                f"{TARGETS['heldout_ar']} nat/byte does not apply to nats per token).")
+    return (f"Target AR loss ≤ {TARGETS['heldout_ar']} nats/byte: "
+            f"**{_verdict(held['ar_nats_per_token'] <= TARGETS['heldout_ar'])}**.")
+
+
 def _verdict(met: bool) -> str:
     return "met" if met else "NOT met"
 
@@ -81,7 +92,7 @@ def report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curve
     """The demo's ``report.md`` as Markdown: headline targets, decoding table, example continuations and each
     stage's section."""
     h, held = metrics["headline"], metrics["heldout"]
-    b, t = HEADLINE["block_length"], HEADLINE["threshold"]
+    b, t = cfg.headline_block_length, HEADLINE["threshold"]
     lines = ["# Workbench demo report", "",
              f"Model `{metrics['model']}` ({metrics['parameters'] / 1e6:.2f} M parameters), "
              f"corpus `{cfg.corpus}`, {metrics['n_prompts']} held-out code-continuation prompts "
@@ -104,8 +115,7 @@ def report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curve
               f"| diffusion masked-token cross-entropy at B = 16 (nats) | {held['diff_ce']:.3f} |",
               f"| diffusion loss, 1/t-weighted (NLD Eq. 2) | {held['diff_loss']:.3f} |",
               f"| windows × tokens | {cfg.heldout_windows} × 256 |", "",
-              f"Target AR loss ≤ {TARGETS['heldout_ar']} nats/byte: "
-              f"**{_verdict(held['ar_nats_per_token'] <= TARGETS['heldout_ar'])}**.", ""]
+              _heldout_target(held, tok), ""]
     if meta.get("global_step"):
         tc = meta.get("train_config", {})
         legs = meta.get("legs", [])
@@ -137,9 +147,12 @@ def report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curve
                      f"{fmt(v['ws_share_multi'])} ({v['real_ws_share']:.3f}) |")
     if "real" in h and "tpf" in h["real"]:
         r = h["real"]
+        # tiny's targets compare with the serial target; a converted real model's with its AR greedy decode
+        ref, name = ("agree_serial", "the serial target") if is_byte_tokenizer(tok) else ("agree_ar", "AR greedy")
+        goal = TARGETS[ref]
         lines += ["", f"Targets in real-context mode: tpf ≥ {TARGETS['tpf']}: "
-                  f"**{_verdict(r['tpf'] >= TARGETS['tpf'])}** (measured {r['tpf']:.3f}); agreement with the serial target ≥ {TARGETS['agree_serial']}: "
-                  f"**{_verdict(r['agree_serial'] >= TARGETS['agree_serial'])}** (measured {r['agree_serial']:.3f})."]
+                  f"**{_verdict(r['tpf'] >= TARGETS['tpf'])}** (measured {r['tpf']:.3f}); agreement with {name} ≥ {goal}: "
+                  f"**{_verdict(r[ref] >= goal)}** (measured {r[ref]:.3f})."]
     lines += ["", "`tpf` counts denoising forwards only (the papers' convention); `tpf_real` adds the per-block "
               "KV-commit forward. In *real-context* mode every block is conditioned on the real text before it, so a "
               "degenerate output cannot feed itself and inflate TPF; *free-running* conditions each block on the "

@@ -49,6 +49,8 @@ def run_demo(cfg: DemoConfig) -> Path:
                       precision=cfg.precision, device=cfg.device, out_dir=cfg.out_dir, progress_bar=cfg.progress_bar)
     ecfg.validate()
     check_stage_options(cfg)
+    if cfg.headline_block_length not in cfg.block_lengths:     # the headline reports a block length decoded
+        cfg = replace(cfg, headline_block_length=max(cfg.block_lengths))
     # build everything in a staging folder and move it into place at the end: no half-written run dir
     with staged_dir(cfg.out_dir, relocate=True) as run:
         model_spec = retrain(cfg) if cfg.retrain else cfg.model
@@ -77,7 +79,9 @@ def run_demo(cfg: DemoConfig) -> Path:
         # 3. decoding sweep
         t0 = time.time()
         prompts = make_prompts(by_split(docs, "test"), cfg.n_prompts, cfg.prompt_len, cfg.gen_len, enc)
-        decode_cache: dict = {}                 # the sampler frontier reuses this sweep's B = 32 runs
+        # the sampler frontier and the leaderboard reuse this sweep's runs on the same prompts and settings
+        decode_cache: dict = {}
+        sol_cache: dict = {}                    # the leaderboard's SOL(serial) ceiling reuses the SOL stage's search
         df = evaluate_model(model, tok, prompts, ecfg, known=known_words(d.text for d in by_split(docs, "train")),
                             decode_cache=decode_cache)
         summary = summarize(df)
@@ -107,15 +111,15 @@ def run_demo(cfg: DemoConfig) -> Path:
             if cfg.collect and cfg.sampler else None     # its block length is collected: check_stage_options
         lora_st = timed("lora", lora.run, cfg, model_spec, run) if cfg.lora else None
         adapter = lora_st["adapter"] if lora_st else None
-        sol_st = timed("sol", sol.run, cfg, model, tok, run, adapter) if cfg.sol else None
+        sol_st = timed("sol", sol.run, cfg, model, tok, run, adapter, sol_cache) if cfg.sol else None
         deer_st = timed("deer", deer.run, cfg, model_spec, run, adapter) if cfg.deer else None
         board = timed("leaderboard", leaderboard.run, cfg, model_spec, model, tok, run, adapter,
                       sampler_st["samplers"]["attention"]["path"] if sampler_st else None,
-                      deer_st["drafter"] if deer_st else None) if cfg.leaderboard else None
-        headline_numbers = headline(summary)
+                      deer_st["drafter"] if deer_st else None, decode_cache, sol_cache) if cfg.leaderboard else None
+        headline_numbers = headline(summary, cfg.headline_block_length)
         metrics = {"model": str(model_spec), "parameters": n_params, "heldout": held, "splits": split_stats,
                    "n_prompts": len(prompts), "context_warning": context_warning, "headline": headline_numbers,
-                   "free_running": degeneration(summary),
+                   "free_running": degeneration(summary, cfg.headline_block_length),
                    "targets": TARGETS, "collection": collection_st, "sampler": sampler_st, "sol": sol_st,
                    "lora": lora_st, "deer": deer_st, "leaderboard": board,
                    "timing_s": {"corpus": t_corpus, "heldout": t_held, "evaluation": t_eval, **stage_s,

@@ -160,6 +160,14 @@ def _real_metrics(p: Prompt, tokenizer, ws: set[int], known: set[str] | None) ->
             "oov_word_rate": oov_word_rate(text, known) if known is not None else float("nan")}
 
 
+def decode_identity(prompts: list[Prompt], precision: str, batch_size: int) -> tuple:
+    """The part of a ``decode_cache`` key that says which decode a run is: the prompts' ids and tokens (prompt
+    and real continuation, so that prompts cut by another tokenizer or length never match), the precision and
+    the batch size (the batch decides the padding, so lossless comparisons stay exact). Shared by
+    :func:`evaluate_model` and the leaderboard, which reuse each other's runs through one cache."""
+    return tuple((p.prompt_id, p.prompt, p.real) for p in prompts), precision, batch_size
+
+
 def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, runs: list[tuple] | None = None,
                    policy_kwargs: dict | None = None, known: set[str] | None = None,
                    decode_cache: dict | None = None) -> pd.DataFrame:
@@ -195,7 +203,7 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
         return kw | policy_kwargs.get(policy, {})
 
     cache = {} if decode_cache is None else decode_cache
-    same = (tuple((p.prompt_id, len(p.real)) for p in prompts), cfg.precision, cfg.batch_size)
+    same = decode_identity(prompts, cfg.precision, cfg.batch_size)
 
     def decode(mode, policy, b, t) -> DecodeResult:
         if policy in policy_kwargs:             # e.g. a loaded sampler: not part of the key, never reused

@@ -18,10 +18,10 @@ from ..sol.runner import run_sol
 
 def sol_ceilings(model, prompts: list[list[int]], lengths: list[int], gen_len: int, pad_id: int,
                  ar_tokens: list[list[int]] | None, precision: str, budget: int = 5000,
-                 progress_bar: bool = True) -> pd.DataFrame:
+                 progress_bar: bool = True, cache: dict | None = None) -> pd.DataFrame:
     """One row per (ceiling, B): ``ceiling`` ('serial' or 'ar_greedy'), ``block_length``, ``sol`` (acceptance),
     ``greedy`` (greedy acceptance), ``blocks``. ``ar_tokens``: AR greedy's ``gen_len`` tokens per prompt
-    (None: SOL(AR greedy) is skipped)."""
+    (None: SOL(AR greedy) is skipped). ``cache``: shared searches (:func:`~workbench.sol.runner.run_sol`)."""
     from tqdm.auto import tqdm
 
     rows = []
@@ -37,7 +37,7 @@ def sol_ceilings(model, prompts: list[list[int]], lengths: list[int], gen_len: i
                 continue                         # AR greedy stopped early (EOS): not a full target
             bar.set_postfix_str(f"{name} B={b}")
             recs = run_sol(model, prompts, b, n_blocks, pad_id, budget=budget, precision=precision, targets=targets,
-                           progress=lambda k, b=b, base=bar.n: bar.update(base + k * b - bar.n))
+                           progress=lambda k, b=b, base=bar.n: bar.update(base + k * b - bar.n), cache=cache)
             blocks = sum(1 for _ in recs)
             rows.append({"ceiling": name, "block_length": b, "blocks": blocks,
                          "sol": b * blocks / sum(r["sol_forwards"] for r in recs),

@@ -35,6 +35,10 @@ class LeaderboardConfig:
     decoders: list[str] = field(default_factory=list)
     """Decoders to run (default: every registered one). The references ar_greedy and serial always run: the
     agreement, lossless and speed-up columns compare with them."""
+    real_context_decoders: list[str] | None = None
+    """Decoders that also get real-context rows when --modes has 'real' (default: every decoder that runs in
+    that mode). The references ar_greedy and serial always do. A real-context row costs as much as a
+    free-running one; the demo keeps them for the decoders the issue's real-context targets name."""
     temperature: float = 1.0
     """Temperature of the sampling decoders (ar_sample)."""
     sampler: str | None = None

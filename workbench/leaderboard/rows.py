@@ -34,15 +34,17 @@ def _order(spec: DecoderSpec) -> tuple:
 
 
 def grid(specs: list[DecoderSpec], modes: list[str], lengths: list[int], thresholds: list[float],
-         with_adapter: bool) -> list[Setting]:
+         with_adapter: bool, real_context: list[str] | None = None) -> list[Setting]:
     """The rows to decode, references first. A decoder that does not run in real-context mode
     (``spec.real_context`` False) gets free-running rows only; AR decoders get one free-running row and one
     real-context row per segment length; decoders that draft with a LoRA drafter (``spec.lora_drafter``) run once
-    more with the LoRA adapter when ``with_adapter``."""
+    more with the LoRA adapter when ``with_adapter``. ``real_context``: the decoders that get real-context rows
+    (None: all that can; the references always do)."""
     out: list[Setting] = []
     for spec in sorted(specs, key=_order):
         for mode in modes:
-            if mode == "real" and not spec.real_context:
+            if mode == "real" and not (spec.real_context and (
+                    real_context is None or spec.name in real_context or spec.name in REFERENCES)):
                 continue
             if spec.sweep == "none":
                 ls = [None] if mode == "free" else list(lengths)

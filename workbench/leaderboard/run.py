@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from ..decoding.base import DecodeError, cast_for_precision, stop_at_eos
 from ..decoding.registry import DecoderSpec, get_decoder, load_decoders
-from ..evaluation.harness import decode_prompts
+from ..evaluation.harness import decode_identity, decode_prompts
 from ..evaluation.metrics import whitespace_ids
 from ..utils import check_out_dir, staged_dir
 from .columns import row_columns
@@ -39,6 +39,8 @@ def _specs(cfg: LeaderboardConfig) -> list[DecoderSpec]:
     from ..decoding.registry import DECODERS
 
     names = cfg.decoders or sorted(DECODERS)
+    for n in cfg.real_context_decoders or []:
+        get_decoder(n)                           # an unknown name raises here, listing the valid ones
     return [get_decoder(n) for n in [*[r for r in REFERENCES if r not in names], *names]]
 
 
@@ -70,13 +72,14 @@ def _artefacts(cfg: LeaderboardConfig, specs: list[DecoderSpec], model, tok) -> 
     return loaded, missing
 
 
-def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_cache: dict | None = None
-                    ) -> tuple[pd.DataFrame, Path]:
+def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_cache: dict | None = None,
+                    sol_cache: dict | None = None) -> tuple[pd.DataFrame, Path]:
     """Run the leaderboard and write ``cfg.out_dir``; returns ``(table, out_dir)``.
 
     ``model`` / ``tokenizer``: an already loaded target (else ``cfg.model`` is loaded). ``decode_cache``: a dict
     shared with :func:`~workbench.evaluation.harness.evaluate_model` (same keys): a run already decoded there on
-    the same prompts, precision and batch size is reused, not decoded again.
+    the same prompts, precision and batch size is reused, not decoded again. ``sol_cache``: the same for the
+    ceilings' SOL searches (:func:`~workbench.sol.runner.run_sol`; the demo's SOL stage fills it).
     Raises one-line ``ValueError`` / ``DecodeError`` / ``FileNotFoundError`` for bad input, before any decoding.
     """
     from ..corpus import by_split, load_corpus
@@ -112,9 +115,9 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
         ratio = sum(p.numel() for p in artefacts["deer"].backbone.parameters()) / \
             sum(p.numel() for p in model.backbone.parameters())
     cache = {} if decode_cache is None else decode_cache
-    same = (tuple((p.prompt_id, len(p.real)) for p in prompts), cfg.precision, cfg.batch_size)
+    same = decode_identity(prompts, cfg.precision, cfg.batch_size)
     settings = grid([s for s in specs if s.name not in missing], cfg.modes, cfg.block_lengths, cfg.thresholds,
-                    adapter_model is not None)
+                    adapter_model is not None, cfg.real_context_decoders)
 
     def options(st: Setting) -> tuple[dict, float | None]:
         """The decoder's keyword options for setting ``st`` and its swept knob (threshold or temperature)."""
@@ -181,7 +184,7 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
     if cfg.sol and "free" in cfg.modes and model.has_mask_token:
         ar_free = next((full for st, (_, full) in results.items() if st.decoder == "ar_greedy" and st.mode == "free"),
                        None)
-        ceilings = sol_ceilings_for(model, prompts, cfg, pad, ar_free)
+        ceilings = sol_ceilings_for(model, prompts, cfg, pad, ar_free, sol_cache)
         df = _distance(df, ceilings, specs)
     wall = time.time() - t0
     from .report import leaderboard_markdown, plot_leaderboard
@@ -196,13 +199,14 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
     return df, Path(cfg.out_dir)
 
 
-def sol_ceilings_for(model, prompts, cfg: LeaderboardConfig, pad: int, ar_free) -> pd.DataFrame:
+def sol_ceilings_for(model, prompts, cfg: LeaderboardConfig, pad: int, ar_free, cache: dict | None = None
+                     ) -> pd.DataFrame:
     """:func:`~workbench.leaderboard.ceilings.sol_ceilings` on the leaderboard's prompts."""
     from .ceilings import sol_ceilings
 
     return sol_ceilings(model, [list(p.prompt) for p in prompts], cfg.block_lengths, cfg.gen_len, pad,
                         ar_free.tokens if ar_free is not None else None, cfg.precision, cfg.sol_budget,
-                        cfg.progress_bar)
+                        cfg.progress_bar, cache)
 
 
 def _introspective(model, prompts, res, st: Setting, cfg: LeaderboardConfig, pad: int, sampled: bool) -> float:

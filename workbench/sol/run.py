@@ -130,8 +130,9 @@ def summarize_linear_ss(ss: pd.DataFrame, by: list[str], prefix: str) -> pd.Data
                          }).reset_index()
 
 
-def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
-    """Run the analysis and write the run directory; returns the overall summary as records."""
+def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None, cache: dict | None = None) -> dict:
+    """Run the analysis and write the run directory; returns the overall summary as records. ``cache``: SOL
+    searches shared with later callers on the same model (:func:`~workbench.sol.runner.run_sol`)."""
     from ..corpus import by_split, load_corpus
     from ..evaluation.harness import check_sweep_fits
     from ..model.load import load_model, resolve_device
@@ -156,7 +157,7 @@ def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None) -> dict:
         n_blocks = cfg.gen_len // b
         recs = run_sol(model, [list(p.prompt) for p in prompts], b, n_blocks, pad, cfg.depth, cfg.budget,
                        cfg.threshold, cfg.max_rows, cfg.precision,
-                       progress=lambda k: bar.update(done_before + k - bar.n))
+                       progress=lambda k: bar.update(done_before + k - bar.n), cache=cache)
         done_before += len(recs)
         for r in recs:
             p = prompts[r["prompt_index"]]

@@ -16,12 +16,15 @@ HEADLINE_COLUMNS = ["decoder", "block_length", "threshold", "tpf", "cost_tpf", "
 
 
 def run(cfg: DemoConfig, model_spec, model, tok, run_dir: Path, adapter: str | None, sampler: str | None,
-        drafter: str | None) -> dict:
-    """Run the leaderboard into ``run_dir/leaderboard`` (fp32, so that lossless decoders are exact)."""
+        drafter: str | None, decode_cache: dict | None = None, sol_cache: dict | None = None) -> dict:
+    """Run the leaderboard into ``run_dir/leaderboard`` (fp32, so that lossless decoders are exact). Runs of the
+    demo's sweep in ``decode_cache`` (same prompts, precision and batch size: ``--leaderboard_prompts`` and
+    ``--leaderboard_gen_len`` equal to ``--n_prompts`` and ``--gen_len``) are reused, not decoded again, and so are
+    the SOL stage's searches in ``sol_cache`` for the ceilings (same prompts: ``--sol_prompts``, ``--sol_gen_len``)."""
     from ...leaderboard.run import run_leaderboard
 
     lcfg = leaderboard_config(cfg, model_spec, str(run_dir / "leaderboard"), sampler, drafter, adapter)
-    df, out = run_leaderboard(lcfg, model, tok)
+    df, out = run_leaderboard(lcfg, model, tok, decode_cache, sol_cache)
     ceilings = pd.read_parquet(out / "ceilings.parquet")
     return {"rows": df.to_dict(orient="records"), "ceilings": ceilings.to_dict(orient="records"),
             "n_prompts": cfg.leaderboard_prompts, "gen_len": cfg.leaderboard_gen_len,

@@ -138,6 +138,9 @@ def section(st: dict, block_length: int) -> list[str]:
             lines.append(f"| {acc} | [1, {c['area_mlp_range'][1]:.2f}] | {fmt(c['area_attention'])} | "
                          f"{fmt(c['area_mlp'])} | {fmt(c['area_attention'] - c['area_mlp'])} |")
         lines.append("")
+    else:
+        lines += ["The MLP-only ablation's frontier (NLD App. A scores it by the area under that frontier) was not "
+                  "decoded in this run, only its AUC above: `--sampler_mlp_frontier true` adds it.", ""]
     for acc in ("agree_serial", "token_acc"):
         c = fr[acc]
         lines += [f"### Frontier: {acc.replace('_', ' ')} vs TPF (B = {block_length}, real-context)", "",
@@ -170,7 +173,7 @@ def run(cfg: DemoConfig, model_spec, model, tok, prompts, ecfg, run: Path, decod
     samplers = train_demo_samplers(store, b, run, str(model_spec), cfg.sampler_epochs, cfg.sampler_max_steps,
                                    cfg.progress_bar)
     fr = frontier_stage(model, tok, prompts, ecfg, samplers["attention"]["path"], b, run, decode_cache,
-                        samplers["mlp"]["path"])
+                        samplers["mlp"]["path"] if cfg.sampler_mlp_frontier else None)
     sw = sweep_stage(str(model_spec), samplers["attention"]["path"], run, cfg.corpus, b, cfg.sweep_trials,
                      cfg.precision) if cfg.sweep_trials > 0 else None
     return {"samplers": samplers, "frontier": fr, "sweep": sw}

@@ -9,10 +9,11 @@ from ...evaluation.report import markdown_table
 from ..config import DemoConfig, sol_config
 
 
-def run(cfg: DemoConfig, model, tok, run: Path, adapter: str | None = None) -> dict:
+def run(cfg: DemoConfig, model, tok, run: Path, adapter: str | None = None, sol_cache: dict | None = None) -> dict:
+    """Run the SOL analysis into ``run/sol``; its searches go into ``sol_cache`` for the leaderboard's ceilings."""
     from ...sol.run import run_sol_eval
 
-    r = run_sol_eval(sol_config(cfg, str(run / "sol"), adapter), model, tok)
+    r = run_sol_eval(sol_config(cfg, str(run / "sol"), adapter), model, tok, sol_cache)
     b_max = max(cfg.sol_block_lengths)
     cat = r["summary"][r["summary"]["block_length"] == b_max]
     return {"overall": r["overall"].to_dict(orient="records"), "by_category": cat.to_dict(orient="records"),
