@@ -70,6 +70,18 @@ def test_encode_documents_separates_with_eos(tokenizer):
     assert np.array_equal(arr, slow)
 
 
+def test_encode_documents_in_chunks_equals_one_by_one(tokenizer, monkeypatch):
+    """Batched tokenizer calls, chunk boundaries included, give each document's own ids in order."""
+    import workbench.data as data
+
+    docs = load_corpus("stdlib")[:5]
+    one_by_one = np.concatenate([np.asarray([*tokenizer(d.text, add_special_tokens=False)["input_ids"], EOS_ID])
+                                 for d in docs])
+    monkeypatch.setattr(data, "ENCODE_CHUNK", 2)
+    assert np.array_equal(encode_documents(docs, tokenizer), one_by_one)
+    assert len(encode_documents([], tokenizer)) == 0
+
+
 def test_mask_token_required(tokenizer):
     from transformers import PreTrainedTokenizerFast
 

@@ -179,9 +179,13 @@ def test_reuses_the_sweeps_decodes(micro_checkpoint, small_corpus, tmp_path, mon
     assert len(calls) == 1 + 8                                          # warm-up + every row
     cols = ["decoder", "mode", "tpf", "agree_ar", "agree_serial", "lossless", "repetition"]
     pd.testing.assert_frame_equal(shared[cols], alone[cols])
-    calls.clear()                                                       # other prompts: nothing reused
-    run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "c", **kw, n_prompts=2), model, tok, cache)
-    assert len(calls) == 1 + 8
+    shorter = make_prompts(by_split(load_corpus(str(small_corpus)), "test"), 3, 40, 16, tok)
+    assert [(p.prompt_id, len(p.real)) for p in shorter] == [(p.prompt_id, len(p.real)) for p in prompts] \
+        and shorter != prompts                      # what the key held before: the same, for other tokens
+    for i, other in enumerate([{"n_prompts": 2}, {"prompt_len": 40}]):  # other prompts: nothing reused, also
+        calls.clear()                                                   # with the same ids and lengths
+        run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / f"c{i}", **kw, **other), model, tok, cache)
+        assert len(calls) == 1 + 8
 
 
 def test_real_context_rows_for_named_decoders(micro_checkpoint, small_corpus, tmp_path):

@@ -10,6 +10,10 @@ from .corpus import CorpusError, Document, by_split, load_corpus
 from .tokenizer import EOS_ID, bos_prefix, encode_bytes
 
 
+ENCODE_CHUNK = 256
+"""Documents per batched tokenizer call in :func:`encode_documents` (bounds the Python id lists held at once)."""
+
+
 def encode_documents(docs: list[Document], tokenizer=None, eos_id: int | None = None) -> np.ndarray:
     """Concatenate the token ids of ``docs``, each followed by ``eos_id``: ``(total_tokens,)`` int32.
 
@@ -27,11 +31,13 @@ def encode_documents(docs: list[Document], tokenizer=None, eos_id: int | None = 
     parts = []
     sep = np.array([eos_id], dtype=np.int32)
     bos = np.asarray(bos_prefix(tokenizer), dtype=np.int32)     # the tokenizer's convention: [] or [BOS]
-    # one batched call: a fast tokenizer encodes the documents in parallel (2× on 2 cores), same ids
-    encoded = [encode_bytes(d.text) for d in docs] if tokenizer is None else \
-        tokenizer([d.text for d in docs], add_special_tokens=False)["input_ids"] if docs else []
-    for ids in encoded:
-        parts += [bos, np.asarray(ids, dtype=np.int32), sep]
+    for i in range(0, len(docs), ENCODE_CHUNK):
+        chunk = docs[i:i + ENCODE_CHUNK]
+        # batched: a fast tokenizer encodes a chunk's documents in parallel (2× on 2 cores), with the same ids
+        encoded = [encode_bytes(d.text) for d in chunk] if tokenizer is None else \
+            tokenizer([d.text for d in chunk], add_special_tokens=False, return_attention_mask=False)["input_ids"]
+        for ids in encoded:
+            parts += [bos, np.asarray(ids, dtype=np.int32), sep]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 HEADLINE = {"block_length": 16, "threshold": 0.9}
+"""The report's headline setting for a byte-level model (tiny's targets are at B = 16)."""
+HEADLINE_BLOCK_LENGTH_BPE = 8
+"""The headline block length for a BPE model: the real model's diffusion target is stated at B = 8 (issue 26)."""
 SHIPPED_LEGS = ("tiny.yaml", "tiny_continue.yaml", "tiny_leg3.yaml", "tiny_leg4.yaml", "tiny_leg5.yaml",
                 "tiny_leg6.yaml", "tiny_leg7.yaml")
 """The training legs of the shipped ``tiny`` model, in order (``workbench/configs``); ``--retrain`` runs them."""
@@ -41,10 +44,10 @@ class DemoConfig:
     """Block lengths of diffusion mode."""
     thresholds: list[float] = field(default_factory=lambda: [0.5, 0.7, 0.9, 0.95])
     """Confidence thresholds τ."""
-    headline_block_length: int = HEADLINE["block_length"]
-    """Block length of the report's headline row (confidence at τ = 0.9) and free-running check: 16, tiny's
-    targets; the real model's issue states its diffusion target at 8 (``configs/demo_smollm2.yaml``). When it is
-    not among ``block_lengths``, the largest of those is used."""
+    headline_block_length: int | None = None
+    """Block length of the report's headline row (confidence at τ = 0.9) and free-running check; one of
+    ``block_lengths``. Unset: 16 for a byte-level model (tiny's targets), 8 for a BPE one (the real model's),
+    or the largest of ``block_lengths`` when that one is not swept."""
     modes: list[str] = field(default_factory=lambda: ["real", "free"])
     """Context modes: 'real' and/or 'free'."""
     sample_temperatures: list[float] = field(default_factory=lambda: [1.0])
@@ -154,6 +157,9 @@ def check_stage_options(cfg: DemoConfig) -> None:
     if cfg.sampler and cfg.collect and cfg.sampler_block_length not in cfg.collect_block_lengths:
         raise ValueError(f"--sampler_block_length {cfg.sampler_block_length} is not among --collect_block_lengths "
                          f"{list(cfg.collect_block_lengths)}, so no store would train the sampler; add it there")
+    if cfg.headline_block_length is not None and cfg.headline_block_length not in cfg.block_lengths:
+        raise ValueError(f"--headline_block_length {cfg.headline_block_length} is not among --block_lengths "
+                         f"{list(cfg.block_lengths)}: add it there, or leave it unset")
     if cfg.threads is not None and cfg.threads < 0:
         raise ValueError(f"--threads must be ≥ 0 (0 or unset: torch's default), got {cfg.threads}")
 

@@ -150,7 +150,7 @@ def report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curve
         # tiny's targets compare with the serial target; a converted real model's with its AR greedy decode
         ref, name = ("agree_serial", "the serial target") if is_byte_tokenizer(tok) else ("agree_ar", "AR greedy")
         goal = TARGETS[ref]
-        lines += ["", f"Targets in real-context mode: tpf ≥ {TARGETS['tpf']}: "
+        lines += ["", f"Targets in real-context mode (B = {b}, τ = {t}): tpf ≥ {TARGETS['tpf']}: "
                   f"**{_verdict(r['tpf'] >= TARGETS['tpf'])}** (measured {r['tpf']:.3f}); agreement with {name} ≥ {goal}: "
                   f"**{_verdict(r[ref] >= goal)}** (measured {r[ref]:.3f})."]
     lines += ["", "`tpf` counts denoising forwards only (the papers' convention); `tpf_real` adds the per-block "

@@ -28,7 +28,7 @@ from ..evaluation.report import fmt, plot_accuracy_vs_tpf, plot_training_curves
 from ..model.load import load_model, resolve_device
 from ..tokenizer import is_byte_tokenizer
 from ..utils import staged_dir
-from .config import TARGETS, DemoConfig, check_stage_options
+from .config import HEADLINE, HEADLINE_BLOCK_LENGTH_BPE, TARGETS, DemoConfig, check_stage_options
 from .report import degeneration, headline, report
 from .retrain import retrain
 from .stages import collection, deer, leaderboard, lora, sampler, sol
@@ -49,13 +49,14 @@ def run_demo(cfg: DemoConfig) -> Path:
                       precision=cfg.precision, device=cfg.device, out_dir=cfg.out_dir, progress_bar=cfg.progress_bar)
     ecfg.validate()
     check_stage_options(cfg)
-    if cfg.headline_block_length not in cfg.block_lengths:     # the headline reports a block length decoded
-        cfg = replace(cfg, headline_block_length=max(cfg.block_lengths))
     # build everything in a staging folder and move it into place at the end: no half-written run dir
     with staged_dir(cfg.out_dir, relocate=True) as run:
         model_spec = retrain(cfg) if cfg.retrain else cfg.model
         model, tok, meta = load_model(model_spec, device, cfg.add_mask_token)
         context_warning = check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
+        if cfg.headline_block_length is None:   # the targets' block length of this kind of model, if swept
+            want = HEADLINE["block_length"] if is_byte_tokenizer(tok) else HEADLINE_BLOCK_LENGTH_BPE
+            cfg = replace(cfg, headline_block_length=want if want in cfg.block_lengths else max(cfg.block_lengths))
         n_params = sum(p.numel() for p in model.backbone.parameters())
 
         # 1. corpus

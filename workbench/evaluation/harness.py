@@ -183,7 +183,8 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
     generated blocks, each following the real text, join into words no block wrote.
     ``decode_cache``: a dict shared by several calls on the same model; a run already decoded there (same
     prompts, precision and batch size; policies without ``policy_kwargs``) is reused, decode time included,
-    instead of decoded again. The demo's sampler frontier reuses six B = 32 runs of the main sweep this way.
+    instead of decoded again. The demo's sampler frontier and leaderboard reuse the main sweep's runs this way;
+    a reused run keeps the sweep's decode time (tokens/s).
     """
     cfg.validate()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

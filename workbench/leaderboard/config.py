@@ -94,5 +94,10 @@ class LeaderboardConfig:
         if not self.temperature > 0:
             raise ValueError(f"--temperature must be > 0, got {self.temperature}")
         check_precision(self.precision)
+        from ..decoding.registry import get_decoder, load_decoders
+
+        load_decoders()
+        for name in [*self.decoders, *(self.real_context_decoders or [])]:
+            get_decoder(name)                    # an unknown name: DecodeError listing the valid ones
         if self.sol_budget < 1:
             raise ValueError(f"--sol_budget must be ≥ 1, got {self.sol_budget}")

@@ -7,6 +7,8 @@ same contexts. Forwards are batched across all active blocks (``max_rows`` state
 """
 from __future__ import annotations
 
+import copy
+
 import time
 
 import torch
@@ -55,7 +57,7 @@ def run_sol(model, prompts: list[list[int]], block_length: int, n_blocks: int, p
     if cache is not None and key in cache:
         if progress is not None:
             progress(len(cache[key]))
-        return [dict(rec) for rec in cache[key]]
+        return copy.deepcopy(cache[key])
     bank = PrefixBank(model, prompts, n_blocks * block_length, pad_id, precision, room=block_length)
     n = len(prompts)
     gens, pending, block_idx, wall = {}, {}, [0] * n, [0.0] * n
@@ -112,5 +114,5 @@ def run_sol(model, prompts: list[list[int]], block_length: int, n_blocks: int, p
                 progress(len(out))
     out.sort(key=lambda d: (d["prompt_index"], d["block_index"]))
     if cache is not None:
-        cache[key] = [dict(rec) for rec in out]
+        cache[key] = copy.deepcopy(out)
     return out

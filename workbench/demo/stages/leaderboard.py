@@ -19,7 +19,8 @@ def run(cfg: DemoConfig, model_spec, model, tok, run_dir: Path, adapter: str | N
         drafter: str | None, decode_cache: dict | None = None, sol_cache: dict | None = None) -> dict:
     """Run the leaderboard into ``run_dir/leaderboard`` (fp32, so that lossless decoders are exact). Runs of the
     demo's sweep in ``decode_cache`` (same prompts, precision and batch size: ``--leaderboard_prompts`` and
-    ``--leaderboard_gen_len`` equal to ``--n_prompts`` and ``--gen_len``) are reused, not decoded again, and so are
+    ``--leaderboard_gen_len`` equal to ``--n_prompts`` and ``--gen_len``, and ``--precision`` resolving to
+    ``--leaderboard_precision``) are reused, not decoded again, with their decode time, and so are
     the SOL stage's searches in ``sol_cache`` for the ceilings (same prompts: ``--sol_prompts``, ``--sol_gen_len``)."""
     from ...leaderboard.run import run_leaderboard
 
@@ -45,7 +46,8 @@ def section(st: dict) -> list[str]:
              f"{st['n_prompts']} held-out prompts × {st['gen_len']} tokens, {st['precision']}; free-running rows shown "
              "(real-context rows in [`leaderboard/leaderboard.md`](leaderboard/leaderboard.md)). tpf = tokens per "
              "target forward; cost_tpf = tokens per one-token-forward of FLOPs (AR = 1); tau = tokens per cycle, "
-             "bonus counted; speedup = tokens/s over AR greedy in this process; distance = tpf ÷ SOL(serial) for "
+             "bonus counted; speedup = tokens/s over AR greedy in this process (a row reused from the evaluation sweep, on "
+             "the same prompts, keeps the sweep's time); distance = tpf ÷ SOL(serial) for "
              f"diffusion decoders, ÷ SOL(AR greedy) for lossless speculative ones. In {st['precision']}, {lossless}.", "",
              markdown_table(free, [c for c in HEADLINE_COLUMNS if c in free]), "",
              "![leaderboard](leaderboard/leaderboard.png)", ""]
