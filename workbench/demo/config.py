@@ -164,6 +164,16 @@ def check_stage_options(cfg: DemoConfig) -> None:
         raise ValueError(f"--threads must be ≥ 0 (0 or unset: torch's default), got {cfg.threads}")
 
 
+def resolve_headline_block_length(cfg: DemoConfig, byte_level: bool) -> int:
+    """``cfg.headline_block_length``, or when unset the targets' block length of this kind of model (16 for a
+    byte-level one, :data:`HEADLINE`; 8 for a BPE one, :data:`HEADLINE_BLOCK_LENGTH_BPE`) when it is swept, else
+    the largest swept one."""
+    if cfg.headline_block_length is not None:
+        return cfg.headline_block_length
+    want = HEADLINE["block_length"] if byte_level else HEADLINE_BLOCK_LENGTH_BPE
+    return want if want in cfg.block_lengths else max(cfg.block_lengths)
+
+
 def collect_config(cfg: DemoConfig, model_spec, out: str):
     """The collection stage's :class:`~workbench.trajectories.collect.CollectConfig`, writing ``out``."""
     from ..trajectories.collect import CollectConfig

@@ -28,7 +28,7 @@ from ..evaluation.report import fmt, plot_accuracy_vs_tpf, plot_training_curves
 from ..model.load import load_model, resolve_device
 from ..tokenizer import is_byte_tokenizer
 from ..utils import staged_dir
-from .config import HEADLINE, HEADLINE_BLOCK_LENGTH_BPE, TARGETS, DemoConfig, check_stage_options
+from .config import TARGETS, DemoConfig, check_stage_options, resolve_headline_block_length
 from .report import degeneration, headline, report
 from .retrain import retrain
 from .stages import collection, deer, leaderboard, lora, sampler, sol
@@ -54,15 +54,13 @@ def run_demo(cfg: DemoConfig) -> Path:
         model_spec = retrain(cfg) if cfg.retrain else cfg.model
         model, tok, meta = load_model(model_spec, device, cfg.add_mask_token)
         context_warning = check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
-        if cfg.headline_block_length is None:   # the targets' block length of this kind of model, if swept
-            want = HEADLINE["block_length"] if is_byte_tokenizer(tok) else HEADLINE_BLOCK_LENGTH_BPE
-            cfg = replace(cfg, headline_block_length=want if want in cfg.block_lengths else max(cfg.block_lengths))
+        byte_tok = is_byte_tokenizer(tok)
+        cfg = replace(cfg, headline_block_length=resolve_headline_block_length(cfg, byte_tok))
         n_params = sum(p.numel() for p in model.backbone.parameters())
 
         # 1. corpus
         t0 = time.time()
         docs = load_corpus(cfg.corpus)
-        byte_tok = is_byte_tokenizer(tok)
         enc = None if byte_tok else tok
         split_stats = {s: {"files": len(d), "bytes": sum(len(x.text.encode()) for x in d)}
                        for s in ("train", "validation", "test") for d in [by_split(docs, s)]}

@@ -27,8 +27,9 @@ def leaderboard_markdown(df: pd.DataFrame, ceilings: pd.DataFrame, cfg, n_prompt
              "to the real text every B tokens; free-running rows stop at the tokenizer's end-of-sequence token. "
              "tpf = tokens per target forward; cost_tpf = tokens per one-token-forward of FLOPs (AR = 1); "
              "tau = tokens per draft–verify cycle, bonus token counted; speedup = tokens/s over AR greedy measured "
-             "in this process (a run reused from an earlier stage of the same process keeps that stage's time); lossless = output equal to AR greedy on every prompt; distance = tpf ÷ the SOL "
-             "ceiling that applies (free-running).", ""]
+             "in this process (a run reused from an earlier stage of the same process keeps that stage's time); "
+             "lossless = output equal to AR greedy on every prompt; distance = tpf ÷ the SOL ceiling that applies "
+             "(free-running).", ""]
     if len(ceilings):
         lines += ["## SOL ceilings (free-running, NLD §4.1)", "",
                   markdown_table(ceilings, ["ceiling", "block_length", "blocks", "sol", "compaction", "greedy"]), ""]

@@ -42,9 +42,9 @@ def grid(specs: list[DecoderSpec], modes: list[str], lengths: list[int], thresho
     (None: all that can; the references always do)."""
     out: list[Setting] = []
     for spec in sorted(specs, key=_order):
+        wants_real = real_context is None or spec.name in real_context or spec.name in REFERENCES
         for mode in modes:
-            if mode == "real" and not (spec.real_context and (
-                    real_context is None or spec.name in real_context or spec.name in REFERENCES)):
+            if mode == "real" and not (spec.real_context and wants_real):
                 continue
             if spec.sweep == "none":
                 ls = [None] if mode == "free" else list(lengths)

@@ -8,7 +8,6 @@ same contexts. Forwards are batched across all active blocks (``max_rows`` state
 from __future__ import annotations
 
 import copy
-
 import time
 
 import torch
