@@ -156,6 +156,12 @@ def test_stop_at_eos_recounts_forwards():
     assert r.tokens == [[1, 2, 9]] and r.forwards == [3] and r.extra_forwards == [1]
     # no EOS: unchanged
     assert stop_at_eos(blk, 99, 4).tokens == blk.tokens
+    # a separate drafter's forwards (SimSD: B per block) are kept with their blocks or cycles
+    blk.drafter_forwards, spec.drafter_forwards = [8], [6]
+    assert stop_at_eos(blk, 9, block_length=4).drafter_forwards == [4]     # 1 of 2 blocks
+    assert stop_at_eos(spec, 9).drafter_forwards == [4]                    # 2 of 3 cycles
+    assert stop_at_eos(blk, 99, 4).drafter_forwards == [8]
+    assert stop_at_eos(blk, 9, block_length=4).tpf_real(0) == 3 / (3 + 1 + 4)
 
 
 def test_auto_precision_follows_native_bf16(monkeypatch):

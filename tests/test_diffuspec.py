@@ -118,6 +118,12 @@ def test_cps_search_follows_eq7_by_hand():
 def test_cps_stops_at_first_eos():
     lat = Lattice(ids=[[5], [9, 7], [5]], logp=[[0.0], [math.log(0.9), math.log(0.1)], [0.0]])
     assert cps_search(lat, None, None, beam=3, eos_id=9)[0] == [5, 9]
+    # an EOS that is not the best candidate at its depth ends no path: the full-length path wins although every
+    # extra token lowers its raw score (−3.39 against the short path's −1.31)
+    h = math.log(0.5)
+    lat = Lattice(ids=[[1], [2, 9]] + [[3]] * 4, logp=[[math.log(0.9)], [math.log(0.6), math.log(0.3)]] + [[h]] * 4)
+    path, score = cps_search(lat, None, None, beam=3, lam=1.0, eos_id=9)
+    assert path == [1, 2, 3, 3, 3, 3] and score == pytest.approx(math.log(0.9) + math.log(0.6) + 4 * h)
     assert first_eos_length([3, 9, 4], 9) == 1 and first_eos_length([3, 4], 9) == 2
 
 

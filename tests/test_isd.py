@@ -27,6 +27,23 @@ def test_greedy_isd_equals_ar_greedy_on_random_weights(micro_model, stride):
     assert isd_decode(micro_model, prompts, 24, stride=stride, real_continuation=real, block_length=8).tokens == want_real
 
 
+def test_isd_hides_an_added_mask_token_as_ar_does(micro_model):
+    """A mask token added to a pretrained AR model is hidden from every AR forward (``hide_mask_column``), so
+    ISD's anchors must hide it too, or their argmax may be a token AR greedy can never emit."""
+    import copy
+
+    model = copy.deepcopy(micro_model)
+    mask = model.mask_token_id
+    model.set_added_mask_token(mask)
+    with torch.no_grad():
+        model.backbone.get_output_embeddings().weight[mask] *= 50.0       # the mask column would win everywhere
+    prompts = [list(range(5, 25)), list(range(40, 52))]
+    want = get_policy("ar_greedy")(model, prompts, 16).tokens
+    assert mask not in {t for row in want for t in row}
+    for n in (2, 3):
+        assert isd_decode(model, prompts, 16, stride=n).tokens == want
+
+
 def test_gated_r_isd_is_lossless_against_the_base(ar_checkpoint):
     from test_gated_lora import _gated
     from workbench.model.load import load_model

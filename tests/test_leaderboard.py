@@ -119,6 +119,27 @@ def test_introspective_acceptance_hand_value():
     assert introspective_acceptance(q, logp) == pytest.approx(1.7 / 3)
 
 
+def test_a_separate_drafters_forwards_count_in_tpf_real_and_cost():
+    """SimSD's drafter forwards (``DecodeResult.drafter_forwards``) are forwards of a model: ``tpf_real`` counts
+    them, and ``cost_tpf`` charges each B tokens at the drafter's share of the target's parameters."""
+    from workbench.decoding.base import DecodeResult
+    from workbench.decoding.registry import get_decoder, load_decoders
+    from workbench.leaderboard.columns import row_columns
+
+    load_decoders()
+    spec = get_decoder("simsd")
+    # 8 tokens, B = 4: 3 target forwards (verify + finishing), 2 KV commits, 8 drafter forwards
+    res = DecodeResult(tokens=[[1, 2, 3, 4, 5, 6, 7, 8]], forwards=[3], extra_forwards=[2],
+                       committed_per_step=[[4, 1, 3]], step_tokens=[[[1, 2, 3, 4], [5], [6, 7, 8]]],
+                       drafter_forwards=[8])
+    cols = row_columns(spec, 4, res, None, None, set(), drafter_ratio=0.25)
+    assert cols["tpf"] == 8 / 3
+    assert cols["tpf_real"] == 8 / (3 + 2 + 8)
+    assert cols["cost_tpf"] == pytest.approx(8 / (3 * 8 + 2 * 4 + 8 * 0.25 * 4))
+    res.drafter_forwards = []                                # none recorded: the columns without a drafter
+    assert row_columns(spec, 4, res, None, None, set(), drafter_ratio=0.25)["tpf_real"] == 8 / 5
+
+
 def test_shipped_artefacts_of_a_model(tmp_path, monkeypatch):
     """An artefact shipped for a model (``assets/<model>-sampler``, ``-deer-drafter``) is found by the model's
     name; it is not itself listed as a model; an unknown kind names the valid ones."""

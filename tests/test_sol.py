@@ -236,8 +236,10 @@ def _random_model(seed, vocab=3):
 
 
 def test_greedy_acceptance_and_sol_against_brute_force():
-    """NLD §4.1: greedy acceptance (fallback: commit the most confident position) finishes every block with the
-    serial target; neither it nor compaction beats the exhaustive optimum, and on the hand case all three agree."""
+    """NLD §4.1: greedy acceptance's fallback commits the model's own argmax, so a block with a fallback does not end
+    at the serial target ("greedy is not always exact"). SOL is compaction's count ("We use this scheme to report
+    SOL"): it never beats the exhaustive optimum over schedules of matched commits, it dominates greedy whenever
+    greedy needs no fallback, and on the hand case all agree."""
     from workbench.sol.search import greedy_acceptance, optimal_forwards
 
     table = table_model(CASE)
@@ -247,32 +249,37 @@ def test_greedy_acceptance_and_sol_against_brute_force():
         return table(s) if key in CASE else (torch.tensor([1, 2, 3]), torch.full((3,), 0.5))
 
     t, _ = drive(serial(3, M), fn)
-    (g_f, fallbacks), _ = drive(greedy_acceptance(torch.full((3,), M), t, M), fn)
+    (g_f, fallbacks, exact), _ = drive(greedy_acceptance(torch.full((3,), M), t, M), fn)
     res, _ = drive(compaction(torch.full((3,), M), t, M, 1, Budget(5000)), fn)
-    assert (g_f, fallbacks) == (2, 1) and res.forwards == 2 and optimal_forwards(t, M, fn) == 2
-    cases = []                                   # (optimum, greedy, compaction) forwards per random block
+    assert (g_f, fallbacks, exact) == (2, 1, False)       # the fallback commits position 1's wrong argmax 8
+    assert res.forwards == 2 and optimal_forwards(t, M, fn, forced=False) == 2
+    cases = []                                   # (optimum, greedy fallbacks, compaction) per random block
     for seed in range(40):
         fn = _random_model(seed)
         for b in (3, 4):
             t, _ = drive(serial(b, M), fn)
-            opt = optimal_forwards(t, M, fn)
-            (g_f, _), _ = drive(greedy_acceptance(torch.full((b,), M), t, M), fn)
+            opt = optimal_forwards(t, M, fn, forced=False)
+            (g_f, g_fb, g_exact), _ = drive(greedy_acceptance(torch.full((b,), M), t, M), fn)
             res, _ = drive(compaction(torch.full((b,), M), t, M, 1, Budget(5000)), fn)
             block, _ = drive(solve_block(b, M), fn)
-            assert res.success, (seed, b)            # the budget is ample at B <= 4
-            # solve_block reports exactly those two schedules and the better of them
-            assert (block["greedy_forwards"], block["sol_forwards"]) == (g_f, min(g_f, res.forwards))
-            cases.append((opt, g_f, res.forwards))
-    assert any(g > o for o, g, _ in cases), "greedy was optimal on every random case: they cannot tell searches apart"
-    # SOL (the better of the two searches) is the exhaustive optimum on at least 95 % of the blocks and misses it
-    # by exactly one forward elsewhere (measured: 79 of 80); a schedule below the optimum would be a miss of -1
-    misses = [min(g, c) - o for o, g, c in cases if min(g, c) != o]
-    assert len(misses) <= len(cases) // 20 and all(m == 1 for m in misses), misses
+            assert res.success and res.forced == 0, (seed, b)       # the budget is ample at B <= 4
+            assert block["sol_forwards"] == block["compaction_forwards"] == res.forwards
+            assert (block["greedy_forwards"], block["greedy_fallbacks"], block["greedy_exact"]) == (g_f, g_fb, g_exact)
+            assert g_exact == (g_fb == 0)        # a fallback's token is not the target's, and it stays
+            if g_fb == 0:
+                assert res.forwards <= g_f       # compaction tries greedy's full matched set first
+            assert res.forwards >= opt
+            cases.append((opt, g_fb, res.forwards))
+    assert any(fb for _, fb, _ in cases), "no random case needed a fallback: the fallback went untested"
+    # a binary search over the confidence-ranked prefix is not exhaustive: it misses the optimum by one forward on
+    # a few blocks (measured: 5 of 80) and finds it on the rest
+    misses = [c - o for o, _, c in cases if c != o]
+    assert len(misses) <= len(cases) // 10 and all(m == 1 for m in misses), misses
 
 
 def test_greedy_acceptance_counts_every_block(micro_model):
-    """The run summary averages greedy acceptance over every block (plain-greedy failures included, each
-    finished with its fallbacks), so it cannot exceed SOL by dropping the hard blocks."""
+    """The run summary averages greedy acceptance over every block (blocks with fallbacks included, each finished
+    with them: NLD's greedy "is not always exact"), and reports how many blocks it reproduced exactly."""
     import pandas as pd
 
     from workbench.sol.run import summarize_blocks
@@ -285,7 +292,9 @@ def test_greedy_acceptance_counts_every_block(micro_model):
     for b in (4, 8):
         sel = blocks[blocks["block_length"] == b]
         assert s.loc[b, "greedy_acceptance"] == pytest.approx(sel["block_length"].sum() / sel["greedy_forwards"].sum())
-        assert s.loc[b, "greedy_acceptance"] <= s.loc[b, "sol_acceptance"] + 1e-9
+        assert s.loc[b, "greedy_exact_rate"] == pytest.approx(sel["greedy_exact"].mean())
+        assert s.loc[b, "greedy_exact_rate"] == pytest.approx(sel["greedy_success"].mean())   # exact iff no fallback
+        assert s.loc[b, "sol_acceptance"] == pytest.approx(sel["block_length"].sum() / sel["compaction_forwards"].sum())
         assert s.loc[b, "greedy_acceptance"] <= b
 
 

@@ -32,6 +32,8 @@ class DecodeResult:
         token_probs: per row, for each generated token, the probability the decoder's distribution gave it
             where the decoder drew or picked it (``q_k(x_k)`` of I-DLM §2; one float32 per token, never whole
             distributions); empty when the decoder does not record it.
+        drafter_forwards: per row, forwards of a separate drafter model counted in neither ``forwards`` nor
+            ``extra_forwards`` (SimSD's); empty when there are none. ``tpf_real`` counts them.
     """
 
     tokens: list[list[int]]
@@ -44,19 +46,26 @@ class DecodeResult:
     sampler_seconds: float = 0.0
     sampler_calls: int = 0
     token_probs: list[list[float]] = field(default_factory=list)
+    drafter_forwards: list[int] = field(default_factory=list)
+
+    def drafter_forwards_of(self, row: int) -> int:
+        """Separate-drafter forwards of ``row`` (0 when the decoder has none)."""
+        return self.drafter_forwards[row] if self.drafter_forwards else 0
 
     def tpf(self, row: int) -> float:
         """Tokens per (denoising) forward of ``row``."""
         return len(self.tokens[row]) / max(1, self.forwards[row])
 
     def tpf_real(self, row: int) -> float:
-        """Tokens per forward of ``row`` counting the KV-commit / verify forwards too."""
-        return len(self.tokens[row]) / max(1, self.forwards[row] + self.extra_forwards[row])
+        """Tokens per forward of ``row`` counting the KV-commit / verify forwards and any separate drafter's too."""
+        return len(self.tokens[row]) / max(1, self.forwards[row] + self.extra_forwards[row]
+                                           + self.drafter_forwards_of(row))
 
 
 def stop_at_eos(res: DecodeResult, eos_id: int, block_length: int | None = None) -> DecodeResult:
     """Cut every row of ``res`` after its first ``eos_id`` (kept), as ``generate`` stops, and recount the row's
-    forwards to those that committed tokens up to it.
+    forwards to those that committed tokens up to it (a separate drafter's forwards in proportion to the blocks or
+    cycles kept).
 
     Decoders run rows in lockstep, so a row that emitted EOS was carried along; its later commits are
     dropped here. Tokens are final in order of position for AR and speculative decoders
@@ -76,6 +85,8 @@ def stop_at_eos(res: DecodeResult, eos_id: int, block_length: int | None = None)
             out.extra_forwards.append(res.extra_forwards[r])
             out.committed_per_step.append(list(per_step))
             out.step_tokens.append(list(steps))
+            if res.drafter_forwards:
+                out.drafter_forwards.append(res.drafter_forwards[r])
             continue
         end = toks.index(eos_id) + 1                      # tokens kept
         need = end if block_length is None else -(-end // block_length) * block_length
@@ -95,6 +106,10 @@ def stop_at_eos(res: DecodeResult, eos_id: int, block_length: int | None = None)
         out.extra_forwards.append(extra)
         out.committed_per_step.append(list(per_step[:kept]))
         out.step_tokens.append(list(steps[:kept]))
+        if res.drafter_forwards:                           # a drafter drafts every block (cycle) alike: keep its
+            units = -(-len(toks) // block_length) if block_length is not None else len(per_step)   # kept share
+            kept_units = need // block_length if block_length is not None else kept
+            out.drafter_forwards.append(res.drafter_forwards[r] * kept_units // max(1, units))
     if res.token_probs:
         out.token_probs = [list(q[:len(t)]) for q, t in zip(res.token_probs, out.tokens)]
     return out

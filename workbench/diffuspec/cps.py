@@ -8,9 +8,10 @@ From the drafter's per-position distributions over a draft block of ``k`` masks 
    S(π) = Σᵢ [λ · ℓᵢ^dlm(πᵢ) + (1 − λ) · ℓᵢ^ng(π_{1:i})] (Eq. 7), where ℓ^dlm is the drafter's log-probability
    and ℓ^ng the causal proxy's log-probability of πᵢ after the prefix and π_{<i} (the proxy's per-token
    conditional score: the sum over i is the path's proxy log-likelihood);
-3. stops a path at its first EOS (it is finished and competes with its score as it stands).
+3. stops at the first depth whose best candidate ends in EOS ("early-stop after the first EOS") and returns that
+   path; a lower-ranked EOS ends no path.
 
-The result is the best path by S among finished paths and the paths that reach the block's end.
+Otherwise the result is the best path by S among those that reach the block's end.
 """
 from __future__ import annotations
 
@@ -88,6 +89,11 @@ def cps_search(lattice: Lattice, proxy_state: object, proxy_score: ProxyScore | 
         proxy_score: ``(state, token) -> (ln p, next_state)``; None scores with the drafter alone (λ = 1).
         beam: beam width B ≥ 1. lam: λ in [0, 1]. eos_id: a path stops at its first EOS.
 
+    DiffuSpec §4.2 runs the search "until EOS is placed" and Alg. 1 step 2 says "early-stop after the first EOS":
+    here the search stops at the first depth whose best candidate ends in EOS and returns that path; an EOS that
+    ranks lower at its depth ends no path (comparing a finished short path's raw sum with full-length ones would
+    favour it whatever its rank, since every further token adds a negative term).
+
     Returns ``(path, score)``: the best path (length 1..k; ends at its first EOS, if any) and its S(π).
 
     Raises ``ValueError`` for an empty lattice, beam < 1 or λ outside [0, 1].
@@ -96,7 +102,6 @@ def cps_search(lattice: Lattice, proxy_state: object, proxy_score: ProxyScore | 
     if not lattice.ids:
         raise ValueError("CPS needs a lattice of at least one position")
     beams: list[tuple[float, list[int], object]] = [(0.0, [], proxy_state)]
-    finished: list[tuple[float, list[int]]] = []
     for ids, logp in zip(lattice.ids, lattice.logp):
         expanded = []
         for score, path, state in beams:
@@ -107,18 +112,14 @@ def cps_search(lattice: Lattice, proxy_state: object, proxy_score: ProxyScore | 
                     ng, nxt = proxy_score(state, tok)
                 expanded.append((score + lam * lp + (1 - lam) * ng, path + [tok], nxt))
         expanded.sort(key=lambda t: t[0], reverse=True)
-        beams = []
-        for cand in expanded:
-            if eos_id is not None and cand[1][-1] == eos_id:
-                finished.append((cand[0], cand[1]))          # early stop at the first EOS
-            else:
-                beams.append(cand)
-            if len(beams) == beam:
-                break
+        if eos_id is not None and expanded[0][1][-1] == eos_id:
+            return expanded[0][1], expanded[0][0]             # EOS placed on the best path: early stop
+        # a path ending in an EOS that is not the best at its depth is dropped: a finished short path would
+        # otherwise win against every longer one, whose extra tokens only add negative log-scores
+        beams = [c for c in expanded if eos_id is None or c[1][-1] != eos_id][:beam]
         if not beams:
             break
-    pool = finished + [(s, p) for s, p, _ in beams]
-    best = max(pool, key=lambda t: t[0])
+    best = max(beams, key=lambda t: t[0])
     return best[1], best[0]
 
 

@@ -119,6 +119,7 @@ def decode_prompts(model, policy: str, prompts: list[Prompt], mode: str, bs: int
         res.sampler_seconds += r.sampler_seconds
         res.sampler_calls += r.sampler_calls
         res.token_probs += r.token_probs if r.token_probs else [[] for _ in r.tokens]
+        res.drafter_forwards += r.drafter_forwards if r.drafter_forwards else [0] * len(r.tokens)
     return res
 
 

@@ -103,9 +103,9 @@ class ISDSpeculator:
         with lora_positions(m, ids == m.mask_token_id):      # gated LoRA: masks propose, clean positions are the base
             logits = m._cached_forward(ids, ctx.cache, kv, causal=True).float()
         tally.count(active)
-        anchors = logits[:, :n].clone()                       # (rows, N, V): p_1..p_N on P rows
-        if m.gated:
-            anchors[..., m.mask_token_id] = float("-inf")     # the base model has no mask token
+        # (rows, N, V): p_1..p_N on P rows, the mask column hidden as in every AR forward (the base model, or one
+        # given an added mask token, never had that token: AR greedy's argmax cannot be it)
+        anchors = m.hide_mask_column(logits[:, :n])
         p_rows = self.has
         # P rows: verify the pending proposals against the anchors
         if self.temperature <= 0:

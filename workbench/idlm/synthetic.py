@@ -58,6 +58,10 @@ class SyntheticStrided:
         logits[..., self.mask_token_id] = float("-inf")                    # it never predicts the mask token
         return logits
 
+    def hide_mask_column(self, logits: torch.Tensor) -> torch.Tensor:
+        """AR logits as they are: this model never predicts the mask token."""
+        return logits
+
     def extend(self, ids, cache, key_valid, logits_to_keep: int = 0):
         logits = self._cached_forward(ids, cache, key_valid)         # every position: the same random stream
         return logits[:, -logits_to_keep:] if logits_to_keep else logits

@@ -108,10 +108,10 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     eos = tokenizer.eos_token_id
     ws = whitespace_ids(tokenizer, model.backbone.config.vocab_size)
-    ratio = 0.0
-    if "deer" in artefacts:
-        ratio = sum(p.numel() for p in artefacts["deer"].backbone.parameters()) / \
-            sum(p.numel() for p in model.backbone.parameters())
+    target_params = sum(p.numel() for p in model.backbone.parameters())
+    # each decoder's drafter (DEER's, SimSD's) as a share of the target's parameters; 0 without one
+    ratios = {name: sum(p.numel() for p in a.backbone.parameters()) / target_params
+              for name, a in artefacts.items() if hasattr(a, "backbone")}
     cache = {} if decode_cache is None else decode_cache
     same = decode_identity(prompts, cfg.precision, cfg.batch_size)
     settings = grid([s for s in specs if s.name not in missing], cfg.modes, cfg.block_lengths, cfg.thresholds,
@@ -170,7 +170,7 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
         ar = _ref(results, "ar_greedy", st)
         serial = _ref(results, "serial", st)
         alpha = _introspective(model, prompts, res, st, cfg, pad, spec.temperature)
-        rows.append({**base, **row_columns(spec, st.length, res, ar, serial, ws, ratio),
+        rows.append({**base, **row_columns(spec, st.length, res, ar, serial, ws, ratios.get(st.decoder, 0.0)),
                      "introspective_acceptance": alpha, "status": "ok"})
     for name, why in missing.items():
         spec = get_decoder(name)

@@ -41,12 +41,12 @@ class SimSDResult(DecodeResult):
     """:class:`~workbench.decoding.base.DecodeResult` plus SimSD's bookkeeping (per row).
 
     Attributes:
-        accepted: drafted tokens accepted per block (0..γ). drafter_forwards: drafter forwards.
+        accepted: drafted tokens accepted per block (0..γ). (``drafter_forwards``, the drafter's forwards, is
+            :class:`~workbench.decoding.base.DecodeResult`'s.)
         drafter_params, target_params: parameter counts (for the cost model of Eq. 3).
     """
 
     accepted: list[list[int]] = field(default_factory=list)
-    drafter_forwards: list[int] = field(default_factory=list)
     drafter_params: int = 0
     target_params: int = 0
 

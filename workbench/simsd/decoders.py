@@ -28,7 +28,9 @@ def _load(path, model, tokenizer):
 register_decoder(DecoderSpec("simsd", _simsd, family="diffusion", sweep="block_length", block_commits=True,
                              ceiling="serial", needs="drafter", load=_load,
                              needs_hint="workbench train deer --stage 1 (then --stage 2)",
-                             # B drafter forwards of the drafter's share; one verify of 2B tokens + finishing steps
+                             # counted forwards: the verify forward of 2B tokens and the finishing steps (B tokens,
+                             # charged as 2B: an upper bound); extra: the B-token KV commit. The drafter's forwards
+                             # are DecodeResult.drafter_forwards, charged by the leaderboard at its share of FLOPs
                              cost=lambda b, ratio: (float(2 * b), float(b)),
                              description="SimSD: a small diffusion drafter drafts the block in its own order, the "
                              "diffusion target verifies it in one forward (temporal causal mask), then finishes it"))

@@ -98,6 +98,7 @@ def summarize_blocks(blocks: pd.DataFrame, by: list[str]) -> pd.DataFrame:
         "sol_acceptance": g["block_length"].sum() / g["sol_forwards"].sum(),
         "sol_real_tpf": g["block_length"].sum() / g["sol_real_forwards"].sum(),
         "greedy_success_rate": g["greedy_success"].mean(),
+        "greedy_exact_rate": g["greedy_exact"].mean(),
         "greedy_acceptance": g["block_length"].sum() / g["greedy_forwards"].sum(),     # every block (NLD §4.1)
         "confidence_tpf": g["block_length"].sum() / g["confidence_forwards"].sum(),
         "confidence_equals_target": g["confidence_equals_target"].mean(),
@@ -275,7 +276,7 @@ def main(argv: list[str]) -> int:
 
     cfg = parse_dataclass("workbench sol", SolConfig, argv)
     r = run_sol_eval(cfg)
-    cols = ["block_length", "sol_acceptance", "sol_real_tpf", "greedy_acceptance", "greedy_success_rate",
+    cols = ["block_length", "sol_acceptance", "sol_real_tpf", "greedy_acceptance", "greedy_exact_rate",
             "confidence_tpf", "linear_ss_acceptance", "linear_ss_real_tpf", "linear_ss_lora_acceptance", "token_acc"]
     print(r["overall"][[c for c in cols if c in r["overall"]]].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     print(f"results: {r['out_dir']}/blocks.parquet ({r['wall_s']:.0f} s)")

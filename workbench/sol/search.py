@@ -10,10 +10,11 @@ Definitions (``t`` = serial target, ``M`` = mask token):
 
 * **serial** (k = 1): from all-mask, each forward commits the argmax at the masked position with the
   highest peak probability; exactly B forwards; its output is ``t``.
-* **greedy acceptance** (NLD §4.1, the reported lower-bound proxy, :func:`greedy_acceptance`): from all-mask, each
+* **greedy acceptance** (NLD §4.1, "a fast lower-bound proxy", :func:`greedy_acceptance`): from all-mask, each
   forward commits every masked position whose argmax equals ``t``; if no position matches, the single
-  highest-confidence masked position is committed as a fallback (with its serial-target token, so the block
-  still reproduces ``t``) and the search goes on. Every block finishes; its cost is its forward count.
+  highest-confidence masked position is committed with the model's own argmax (the paper's fallback) and the
+  search goes on. Every block finishes, but a block with a fallback no longer ends equal to ``t`` (greedy "is not
+  always exact"); its cost is its forward count either way.
 * **greedy check** (:func:`greedy`, the depth-0 decoder of the safety checks): the same without the fallback;
   a state with masked positions but no match is a failure.
 * **recursive dynamic compaction** (depth d ≥ 1): each iteration (one forward) ranks the matched
@@ -21,13 +22,14 @@ Definitions (``t`` = serial target, ``M`` = mask token):
   with the decoder one level shallower (depth 0 = greedy) still reaches ``t`` on its own (no forced
   commit), within the block's simulation budget (over budget = unsafe). The full matched set is
   tried first (so compaction follows greedy exactly whenever greedy succeeds), then a binary search
-  over the prefix length; the top-1 match is taken as safe. A state with no match at all commits
-  ``t`` at the most confident masked position (a *forced* commit).
-* **SOL** of a block (:func:`solve_block`): the fewer forwards of the two exact schedules found, compaction and
-  greedy acceptance. Both reproduce ``t``, so either is achievable; compaction alone is not a ceiling over
-  greedy acceptance with fallbacks (its safety checks reject candidates that greedy acceptance then finishes
-  with a fallback: it took more forwards on 164 of 900 random small cases with B = 3–5), and a
-  ceiling below the greedy baseline cannot be.
+  over the prefix length; the top-1 match is taken as safe. A state with no match at all (reachable only
+  after a top-1 commit that was not in fact safe) commits ``t`` at the most confident masked position (a
+  *forced* commit, counted in ``forced_commits``).
+* **SOL** of a block (:func:`solve_block`): compaction's forward count. NLD §4.1: "We use this scheme to report
+  SOL throughout this section; greedy serves as a fast lower-bound proxy." (Until 2026-11-28 SOL was the
+  fewer forwards of compaction and of a greedy acceptance whose fallback committed the *target's* token: one such
+  token, which the model did not predict, could finish a B = 32 block in 4 forwards where compaction needed 27, and
+  the ceiling then rested on tokens no sampler could commit.)
 """
 from __future__ import annotations
 
@@ -71,9 +73,9 @@ def serial(block_length: int, mask_id: int):
 def greedy_acceptance(s: torch.Tensor, t: torch.Tensor, mask_id: int):
     """NLD §4.1 greedy parallel acceptance from state ``s`` (``(B,)`` ids) towards the serial target ``t``: each
     forward commits every masked position whose argmax equals ``t``; when none matches, the most confident
-    masked position gets its ``t`` token (a fallback) and the search goes on. Returns ``(forwards,
-    fallbacks)``; the block always ends equal to ``t``. (The paper leaves open which token a fallback commits;
-    the serial target's keeps the reproduced sequence exact, as SOL's forced commits do.)"""
+    masked position gets the model's own argmax (the paper's fallback: "commit the single highest-confidence
+    position") and the search goes on. Returns ``(forwards, fallbacks, exact)``: ``exact`` is whether the block
+    ended equal to ``t`` (always with no fallback; "greedy is not always exact" otherwise)."""
     f = fallbacks = 0
     while bool((s == mask_id).any()):
         ((top, conf),) = yield [s]
@@ -85,9 +87,9 @@ def greedy_acceptance(s: torch.Tensor, t: torch.Tensor, mask_id: int):
         else:
             j = _most_confident(conf, masked)
             s = s.clone()
-            s[j] = t[j]
+            s[j] = top[j]
             fallbacks += 1
-    return f, fallbacks
+    return f, fallbacks, bool(torch.equal(s, t))
 
 
 def greedy(s: torch.Tensor, t: torch.Tensor, mask_id: int, budget: Budget | None = None):
@@ -253,9 +255,9 @@ def parallel(*procedures):
 
 def solve_block(block_length: int, mask_id: int, depth: int = 1, budget: int = 5000, threshold: float = 0.9,
                 speculative: bool = False, target: torch.Tensor | None = None):
-    """Everything SOL measures on one block; returns a dict (forwards of serial / greedy acceptance / SOL /
-    confidence, greedy fallbacks and success = no fallback, forced commits, budget hits, simulation forwards,
-    the serial target).
+    """Everything SOL measures on one block; returns a dict (forwards of serial / greedy acceptance / SOL
+    (= compaction) / confidence, greedy fallbacks, success = no fallback and exact = ended equal to the target,
+    forced commits, budget hits, simulation forwards, the serial target).
 
     ``target`` ``(B,)``: reproduce this sequence instead of the serial target (e.g. AR greedy's block, for
     SOL(AR greedy), the ceiling of lossless self-speculation); the serial decode is then skipped."""
@@ -267,23 +269,23 @@ def solve_block(block_length: int, mask_id: int, depth: int = 1, budget: int = 5
         c_f, c_out = yield from confidence(block_length, mask_id, threshold)
     empty = torch.full((block_length,), mask_id, dtype=torch.long)
     b = Budget(budget)
-    (g_f, g_fb), sol = yield from parallel(greedy_acceptance(empty, t, mask_id),
+    (g_f, g_fb, g_exact), sol = yield from parallel(greedy_acceptance(empty, t, mask_id),
                                            compaction(empty, t, mask_id, depth, b, speculative=speculative))
     return {"target": t, "serial_forwards": block_length, "greedy_forwards": g_f, "greedy_success": g_fb == 0,
-            "greedy_fallbacks": g_fb, "compaction_forwards": sol.forwards,
-            "sol_forwards": min(sol.forwards, g_f), "forced_commits": sol.forced, "budget_hits": b.hits,
+            "greedy_fallbacks": g_fb, "greedy_exact": g_exact, "compaction_forwards": sol.forwards,
+            "sol_forwards": sol.forwards, "forced_commits": sol.forced, "budget_hits": b.hits,
             "sim_forwards": b.spent, "sol_path": sol.path, "confidence_forwards": c_f,
             "confidence_equals_target": bool(torch.equal(c_out, t))}
 
 
-def optimal_forwards(t: torch.Tensor, mask_id: int, predict) -> int:
+def optimal_forwards(t: torch.Tensor, mask_id: int, predict, forced: bool = True) -> float:
     """The fewest forwards of any commit schedule from all-mask to ``t`` (exhaustive search; small B only).
 
     Each forward may commit any non-empty subset of the masked positions whose argmax equals ``t``, or, when
-    none does, one masked position with its ``t`` token (the forced commit SOL and greedy acceptance also
-    make). ``predict(state) -> (top, conf)``. Reference for tests of :func:`greedy_acceptance` and
-    :func:`compaction` (both are schedules of this kind, so neither can beat it). Cost: all subsets of all
-    reachable states, about 3^B predictions.
+    none does and ``forced``, one masked position with its ``t`` token (compaction's forced commit); without
+    ``forced`` such a state is a dead end, and ``inf`` means no schedule of matched commits reaches ``t``.
+    ``predict(state) -> (top, conf)``. Reference for tests of :func:`compaction` (a schedule of this kind, so it
+    cannot beat it). Cost: all subsets of all reachable states, about 3^B predictions.
     """
     from functools import lru_cache
     from itertools import combinations
@@ -291,16 +293,18 @@ def optimal_forwards(t: torch.Tensor, mask_id: int, predict) -> int:
     b = len(t)
 
     @lru_cache(maxsize=None)
-    def best(state: tuple) -> int:
+    def best(state: tuple) -> float:
         s = torch.tensor(state)
         masked = s == mask_id
         if not bool(masked.any()):
             return 0
         top, _ = predict(s)
         match = [int(j) for j in torch.nonzero(masked & (top == t)).flatten()]
+        if not match and not forced:
+            return float("inf")
         moves = [c for k in range(1, len(match) + 1) for c in combinations(match, k)] if match else \
             [(int(j),) for j in torch.nonzero(masked).flatten()]
-        out = b + 1
+        out = float(b + 1)
         for c in moves:
             nxt = list(state)
             for j in c:

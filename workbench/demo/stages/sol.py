@@ -21,15 +21,16 @@ def run(cfg: DemoConfig, model, tok, run: Path, adapter: str | None = None, sol_
 
 
 def section(st: dict) -> list[str]:
-    cols = ["block_length", "blocks", "sol_acceptance", "sol_real_tpf", "greedy_acceptance", "greedy_success_rate",
+    cols = ["block_length", "blocks", "sol_acceptance", "sol_real_tpf", "greedy_acceptance", "greedy_exact_rate",
             "confidence_tpf", "sol_over_confidence", "linear_ss_acceptance", "linear_ss_real_tpf",
             "linear_ss_lora_acceptance", "forced_commits_per_block", "budget_hits_per_block", "token_acc"]
     cols = [c for c in cols if c in pd.DataFrame(st["overall"])]
     return ["## Speed of light (NLD §4, Table 4 / Fig. 7 analogue)", "",
             f"{st['n_prompts']} held-out prompts, {st['gen_len']} tokens each, decoded block by block; the serial target "
             "(k = 1) of each block is the sequence reproduced and becomes the next block's context. SOL = recursive "
-            "dynamic compaction (depth 1, 5000 simulation forwards per block); greedy = commit every argmax matching "
-            "the target (fails when nothing matches); confidence = τ = 0.9 on the same blocks; linear SS = greedy linear "
+            "dynamic compaction (depth 1, 5000 simulation forwards per block); greedy = NLD's greedy acceptance, "
+            "a lower-bound proxy (commit every argmax matching the target; when none matches, the most confident "
+            "position's argmax, after which the block no longer reproduces the target: `greedy_exact_rate`); confidence = τ = 0.9 on the same blocks; linear SS = greedy linear "
             "self-speculation with draft length k = B, free-running from the same prompts, so scored on its own output, the "
             "AR-greedy continuation, as SOL is on the serial target (τ = tokens per cycle, real TPF with its two "
             "forwards per cycle; `_lora` with the demo's LoRA drafter). `token_acc` = the serial "
