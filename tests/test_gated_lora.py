@@ -79,6 +79,8 @@ def test_linear_self_speculation_on_gated_model_is_lossless(ar_checkpoint):
     for k in (2, 5):
         got = get_policy("ss_linear")(model, prompts, 24, draft_length=k)
         assert got.tokens == want
+        # NLD §3.3's draft input (the masks after a clean prefix: x_{n+1} cached with the base weights)
+        assert get_policy("ss_linear")(model, prompts, 24, draft_length=k, layout="clean_prefix").tokens == want
 
 
 def test_quadratic_self_speculation_drafts_with_the_gate_and_is_lossless(ar_checkpoint):

@@ -54,6 +54,39 @@ def test_greedy_equals_ar_micro(micro_model, fn, k):
     _check_counters(res, 20, quadratic=fn is quadratic_self_speculation)
 
 
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_clean_prefix_layout_equals_ar_micro(micro_model, k):
+    """NLD §3.3's draft input [x_1..x_n, m_1..m_k]: lossless free-running and in real context, with the same
+    forward counts (one draft, one verify per cycle)."""
+    prompts = _prompts()
+    ref = ar_decode(micro_model, prompts, 20, pad_id=PAD)
+    res = linear_self_speculation(micro_model, prompts, 20, draft_length=k, pad_id=PAD, layout="clean_prefix")
+    assert res.tokens == ref.tokens
+    _check_counters(res, 20)
+    real = [list(range(30, 50))] * len(prompts)
+    ref = ar_decode(micro_model, prompts, 20, pad_id=PAD, real_continuation=real, block_length=5)
+    res = linear_self_speculation(micro_model, prompts, 20, draft_length=k, pad_id=PAD, layout="clean_prefix",
+                                  real_continuation=real, block_length=5)
+    assert res.tokens == ref.tokens
+
+
+def test_clean_prefix_draft_is_the_diffusion_mode_after_the_last_token(micro_model):
+    """The paper's layout drafts exactly what the diffusion mode gives for a block of k masks once x_{n+1} is in
+    the cache (two separate forwards), and its AR logit at x_{n+1} is the verifier's for d_1."""
+    ids = torch.tensor([_prompts()[1]])
+    k = 4
+    with torch.no_grad():
+        ctx = SpecContext.prefill(micro_model, ids, torch.ones_like(ids, dtype=torch.bool))
+        masks = torch.full((1, k), micro_model.mask_token_id)
+        first, z = micro_model.extend_and_diffuse(ctx.last[:, None], masks, ctx.cache, ctx.with_new(k + 1))
+        ref = SpecContext.prefill(micro_model, ids, torch.ones_like(ids, dtype=torch.bool))
+        ar = micro_model.extend(ref.last[:, None], ref.cache, ref.with_new(1))
+        valid = torch.cat([ref.valid, torch.ones((1, 1 + k), dtype=torch.bool)], 1)
+        diff = micro_model.diffusion_logits(masks, ref.cache, valid)
+    torch.testing.assert_close(z, diff, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(first, ar, rtol=1e-5, atol=1e-5)
+
+
 def _oracle_drafter(model, prompts, ref_tokens, cutoffs):
     """Replace ``model.diffusion_logits`` by a drafter that proposes AR greedy's own tokens for the first
     ``c`` masks (``c`` read from ``cutoffs`` in turn, per call) and a wrong token after that."""
@@ -323,3 +356,13 @@ def test_lora_adapter_changes_drafts_not_output(micro_model):
 def test_bad_arguments(micro_model, fn, kw, msg):
     with pytest.raises(DecodeError, match=msg):
         fn(micro_model, [[1, 2, 3]], 8, pad_id=PAD, **kw)
+
+
+def test_draft_layout_refusals(micro_model):
+    from peft import LoraConfig, get_peft_model
+
+    with pytest.raises(DecodeError, match="valid: in_block, clean_prefix"):
+        linear_self_speculation(micro_model, [[1, 2, 3]], 8, pad_id=PAD, layout="prefix")
+    micro_model.backbone = get_peft_model(micro_model.backbone, LoraConfig(r=4, target_modules=["o_proj"])).eval()
+    with pytest.raises(DecodeError, match="gated LoRA or no adapter"):     # a plain adapter would write x_{n+1}'s keys
+        linear_self_speculation(micro_model, [[1, 2, 3]], 8, pad_id=PAD, layout="clean_prefix")

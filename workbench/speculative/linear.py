@@ -13,13 +13,25 @@ not yet cached (see :mod:`workbench.speculative.context`):
 The cache keeps ``x_{n+1}, d_1..d_a``; rejected drafts are punched out of the key validity. The
 verifier's token becomes the next ``x_{n+1}``. Greedy output equals AR greedy decoding (lossless);
 sampled output is distributed as AR sampling at the same temperature.
+
+**Draft layout.** NLD §3.3 appends "k mask tokens to the verified prefix, forming the input [x_1, …, x_n, m_1,
+…, m_k]": the masks follow a fully clean prefix, as every training block does. The default layout above
+(``draft_layout="in_block"``) instead puts ``x_{n+1}`` inside the bidirectional block, with the adapter on, so
+the block is ``k + 1`` tokens long. ``draft_layout="clean_prefix"`` is the paper's: one forward appends
+``x_{n+1}`` causally with the base weights (:meth:`~workbench.model.trimode.TriModeLM.extend_and_diffuse`) and
+reads the ``k`` masks after it; its AR logit at ``x_{n+1}`` verifies ``d_1``, so the verify forward holds
+``d_1..d_k`` only. Both are lossless. It needs a gated LoRA or no adapter at all: a plain peft adapter would
+compute ``x_{n+1}``'s keys with the adapter on, and the verifier must not read them. On SmolLM2-135M-trimode
+(leg 5, 8 test prompts × 64 tokens, fp32) the paper's layout changed τ by +1 to +4 % in real context and −0.5 to
+−2.5 % free-running at k ∈ {2, 4, 8, 16} (``benchmarks/RESULTS.md``, 2026-11-28); the default stays ``in_block``,
+the layout every recorded τ (the training legs' ``val/tau`` included) was measured with.
 """
 from __future__ import annotations
 
 import torch
 
 from ..decoding.base import DecodeError, DecodeResult
-from .adapter import verifier_mode
+from .adapter import has_adapter, verifier_mode
 from .context import SpecContext
 from .driver import (Tally, emitted_probs, masked_draft_logits, pick_draft, run_speculation, token_probs,
                      verify)
@@ -36,11 +48,16 @@ def draft_forward(model, ctx: SpecContext, k: int) -> torch.Tensor:
     return masked_draft_logits(logits[:, 1:], model.mask_token_id)
 
 
+DRAFT_LAYOUTS = ("in_block", "clean_prefix")
+"""Where the last verified token sits in the draft forward (see the module docstring)."""
+
+
 class LinearSpeculator:
     """Draft-then-verify cycles of linear self-speculation (see the module docstring)."""
 
-    def __init__(self, model, k: int, temperature: float, generator: torch.Generator):
+    def __init__(self, model, k: int, temperature: float, generator: torch.Generator, layout: str = "in_block"):
         self.model, self.k, self.temperature, self.generator = model, k, temperature, generator
+        self.layout = layout
 
     def start(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> None:
         """Nothing to prepare: every cycle drafts afresh."""
@@ -49,27 +66,41 @@ class LinearSpeculator:
         """Draft ``k`` tokens with the adapter, verify them with the base; per row, the accepted tokens plus the
         verifier's correction or bonus token (NLD §3.3, linear self-speculation)."""
         m, k = self.model, self.k
-        z = draft_forward(m, ctx, k)
-        draft, q = pick_draft(z, self.temperature, self.generator)
-        tally.count(active)
-        seq = torch.cat([ctx.last[:, None], draft], dim=1)
-        with verifier_mode(m):
-            ver = m.extend(seq, ctx.cache, ctx.with_new(k + 1)).float()          # (N, k + 1, V)
+        if self.layout == "clean_prefix":
+            masks = torch.full((ctx.last.shape[0], k), m.mask_token_id, dtype=torch.long, device=ctx.last.device)
+            first, z = m.extend_and_diffuse(ctx.last[:, None], masks, ctx.cache, ctx.with_new(k + 1))
+            ctx.valid = torch.cat([ctx.valid, active[:, None]], dim=1)            # x_{n+1} now cached (base)
+            z = masked_draft_logits(z, m.mask_token_id)                            # (N, k, V)
+            draft, q = pick_draft(z, self.temperature, self.generator)
+            tally.count(active)
+            with verifier_mode(m):
+                rest = m.extend(draft, ctx.cache, ctx.with_new(k)).float()       # (N, k, V)
+            ver = torch.cat([first.float(), rest], dim=1)                         # (N, k + 1, V)
+            keep_slots = k                                                        # keys appended: d_1..d_k
+        else:
+            z = draft_forward(m, ctx, k)
+            draft, q = pick_draft(z, self.temperature, self.generator)
+            tally.count(active)
+            seq = torch.cat([ctx.last[:, None], draft], dim=1)
+            with verifier_mode(m):
+                ver = m.extend(seq, ctx.cache, ctx.with_new(k + 1)).float()      # (N, k + 1, V)
+            keep_slots = k + 1                                                    # x_{n+1}, d_1..d_k
         tally.count(active, extra=True)
         res = verify(draft, q, ver, self.temperature, self.generator)
         rows = torch.arange(draft.shape[0], device=draft.device)
         self.last_probs = emitted_probs(token_probs(z, draft, self.temperature), res.accepted,
                                         token_probs(ver[rows, res.accepted][:, None], res.next_token[:, None],
                                                     self.temperature)[:, 0])
-        slots = torch.arange(k + 1, device=draft.device)[None, :]
-        ctx.commit(slots <= res.accepted[:, None], res.next_token, active)    # keep x_{n+1}, d_1..d_a
+        # keep x_{n+1} (when this forward appended it) and d_1..d_a
+        slots = torch.arange(keep_slots, device=draft.device)[None, :] + (k + 1 - keep_slots)
+        ctx.commit(slots <= res.accepted[:, None], res.next_token, active)
         return res.emitted(draft)
 
 
 def linear_self_speculation(model, prompts: list[list[int]], gen_len: int, draft_length: int = 8,
                             temperature: float = 0.0, precision: str = "fp32", seed: int = 0, pad_id: int = 0,
                             real_continuation: list[list[int]] | None = None,
-                            block_length: int | None = None) -> DecodeResult:
+                            block_length: int | None = None, layout: str = "in_block") -> DecodeResult:
     """Linear self-speculation decoding (NLD §3.3), batched over prompts of any lengths.
 
     Args:
@@ -85,6 +116,8 @@ def linear_self_speculation(model, prompts: list[list[int]], gen_len: int, draft
             reset to the real continuation ``(N, gen_len)`` (as :func:`~workbench.decoding.ar.ar_decode`
             does), so τ is measured on real text. ``None`` → free-running.
         block_length: segment length of the real-context mode (must divide ``gen_len``); ignored otherwise.
+        layout: the draft layout, ``"in_block"`` (default) or ``"clean_prefix"`` (NLD §3.3's input; needs a
+            gated LoRA or no adapter), see the module docstring.
 
     Returns a :class:`~workbench.decoding.base.DecodeResult`: ``forwards`` = draft forwards,
     ``extra_forwards`` = verify forwards (one each per cycle a row takes part in),
@@ -93,13 +126,19 @@ def linear_self_speculation(model, prompts: list[list[int]], gen_len: int, draft
     real-context resets included).
 
     Raises :class:`~workbench.decoding.base.DecodeError` for ``draft_length < 1``, a negative
-    temperature or lengths that do not fit the model context.
+    temperature, an unknown layout, ``clean_prefix`` with a plain (ungated) peft adapter, or lengths that do not
+    fit the model context.
     """
     if draft_length < 1:
         raise DecodeError(f"draft length must be ≥ 1, got {draft_length}")
     if temperature < 0:
         raise DecodeError(f"temperature must be ≥ 0, got {temperature}")
+    if layout not in DRAFT_LAYOUTS:
+        raise DecodeError(f"unknown draft layout {layout!r}; valid: {', '.join(DRAFT_LAYOUTS)}")
+    if layout == "clean_prefix" and has_adapter(model) and not model.gated:
+        raise DecodeError("draft layout clean_prefix needs a gated LoRA or no adapter: a plain LoRA drafter would "
+                          "write the last verified token's keys with the adapter on; use in_block")
     gen = torch.Generator(device=model.device).manual_seed(seed)
-    spec = LinearSpeculator(model, draft_length, temperature, gen)
+    spec = LinearSpeculator(model, draft_length, temperature, gen, layout)
     return run_speculation(model, spec, prompts, gen_len, draft_length + 1, real_continuation, block_length,
                            pad_id, precision)
