@@ -185,6 +185,10 @@ def test_extend_grows_a_store_into_the_larger_plan(cli, tmp_path, micro_checkpoi
     assert attrs["n_prompts"] == 16 and attrs["work_items"] == {"4": 8, "8": 8}
     _assert_same_arrays(ref, grown)
     assert verify_store(grown)["block_lengths"][4]["trajectories"] == 32
+    # every prompt's source file is recorded, and the extension grew the record to the larger plan's prompts
+    docs = zarr.open_group(grown, mode="r")["prompt_document"][:]
+    np.testing.assert_array_equal(docs, zarr.open_group(ref, mode="r")["prompt_document"][:])
+    assert len(docs) == 16 and (docs >= 0).all() and len(set(docs.tolist())) > 1
     p = cli(*_grow_args(micro_checkpoint, small_corpus, grown, 12, "--extend", "true"))
     assert p.returncode == 2 and "cannot shrink" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 

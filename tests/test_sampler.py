@@ -162,6 +162,33 @@ def test_ddp_ranks_disjoint_and_equal_batches(store):
     assert not set(r0) & set(r1) and dm.n_train_rows - 2 * 16 < len(r0) + len(r1) <= dm.n_train_rows
 
 
+def test_document_split_keeps_each_file_on_one_side(tmp_path):
+    """``split_by='document'``: every prompt cut from one source file (the store's ``prompt_document``) lands on the
+    same side; a store that records no documents is refused in one line; ``record_prompt_documents`` is a
+    no-op for the same record, grows for a longer one and refuses a different one."""
+    from workbench.trajectories.store import record_prompt_documents
+
+    path = make_store(tmp_path / "d.zarr", items=12)
+    with pytest.raises(StoreError, match="split_by prompt"):
+        SamplerDataModule(path, 8, batch_size=16, val_fraction=0.3, split_by="document")
+    n_prompts = 12 * 8
+    docs = np.arange(n_prompts, dtype=np.int64) // 6 * 7919          # 6 cuts per file
+    record_prompt_documents(path, docs[:48])
+    record_prompt_documents(path, docs)                               # a larger plan grows the record
+    record_prompt_documents(path, docs[:10])                          # a prefix: nothing to do
+    np.testing.assert_array_equal(StoreReader(path, 8).prompt_documents, docs)
+    with pytest.raises(StoreError, match="other source files"):
+        record_prompt_documents(path, docs + 1)
+    dm = SamplerDataModule(path, 8, batch_size=16, val_fraction=0.3, split_by="document")
+    trajs = StoreReader(path, 8).trajectories()
+    side = dict()
+    for doc, val in zip(docs[trajs["prompt_id"].to_numpy()], dm.val_traj):
+        assert side.setdefault(int(doc), bool(val)) == bool(val)
+    assert set(side.values()) == {True, False}
+    by_prompt = SamplerDataModule(path, 8, batch_size=16, val_fraction=0.3, split_by="prompt").val_traj
+    assert not np.array_equal(by_prompt, dm.val_traj)                 # prompts of one file split apart there
+
+
 def test_store_mismatch_errors(store):
     with pytest.raises(StoreError, match="feature_dim 144.*feature_dim 132") as e:
         SamplerDataModule(store, 8, feature_dim=132)

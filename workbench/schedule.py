@@ -1,4 +1,7 @@
-"""The learning-rate schedule every trainer of the workbench uses: linear warm-up, then cosine decay to a floor."""
+"""The learning-rate schedule every trainer of the workbench uses: linear warm-up, then cosine decay to a floor.
+
+NLD §5.1–5.2 decays with a WSD (warm-up, stable, decay) schedule; the workbench's short legs (hundreds of steps,
+resumed across legs) use cosine decay instead, a deviation from the paper's recipe."""
 from __future__ import annotations
 
 import math

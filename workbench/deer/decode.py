@@ -13,7 +13,10 @@ Each *cycle* (batched over rows in lockstep):
    distributions are checked with :func:`~workbench.speculative.greedy_accept` (T = 0, output identical
    to AR greedy) or :func:`~workbench.speculative.speculative_accept` (T > 0, the min(1, p/q) rule with
    residual resampling of Eq. 5–6, so every token is distributed as AR sampling from the target).
-3. Rows emit ``accepted + 1`` tokens. Rejected draft tokens stay in the target's cache but are marked
+3. Rows emit ``accepted + 1`` tokens. The cycle ends at the first rejection (the standard lossless rule). DEER's
+   Alg. 1 (lines 4–15) instead appends the resampled token and goes on checking d_{i+1}..d_k against Eq. 5
+   conditioned on it; those later drafts were drafted without that token, so this cycle stops there, and the τ
+   here is not a literal Alg. 1's. Rejected draft tokens stay in the target's cache but are marked
    invalid in ``key_valid`` (position ids count valid keys only); the tail rejected by *every* row is
    cropped. The drafter receives the accepted tokens and the verifier's token as next cycle's chunk
    (ragged rows: right padding marked invalid). Rows that reached ``gen_len`` leave the batch.

@@ -6,6 +6,9 @@ Per speculative step t, for one prompt (the paper runs batch size 1; ADL's state
 1. **Draft.** The drafter reads the verified prefix and a block of k_t masks (:class:`BlockDrafter`) and
    returns per-position log-probabilities ``(k_t, vocab)``; S > 1 refinement steps commit the most confident
    positions (Eq. 4) and re-run on the rest; a position keeps the distribution of the pass that decided it.
+   (Eq. 5's q^L2R has every in-block slot masked, and §4.2 takes ℓ^dlm "from the final DLM pass": with S > 1
+   the lattice and the T > 0 acceptance ratio here use each position's deciding pass instead, a deviation; at
+   the default S = 1 the three coincide.)
 2. **CPS** (:mod:`workbench.diffuspec.cps`) picks a path of length m_t ≤ k_t (or the argmax block when CPS
    is off, stopped after its first EOS).
 3. **Verify.** The target reads ``[pending, path]`` through its KV cache (one forward; a self-drafter shares that

@@ -1,5 +1,9 @@
 """Block-wise masking for the diffusion objective (NLD Eq. 2): per block a noise level ``t ~ U(t_min, 1)``
-and every token of the block is replaced by the mask token with probability ``t``."""
+and every token of the block is replaced by the mask token with probability ``t``.
+
+NLD §2.3 (Tab. 1) also uses "DP-rank varying masking ratios" (another noise range per data-parallel rank). That is
+not implemented: ``t`` is drawn per block over the whole global batch, the same on one device or many, so a run
+on several devices reproduces the one-device run."""
 from __future__ import annotations
 
 import torch

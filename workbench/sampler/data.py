@@ -9,14 +9,15 @@ one ``StoreReader.read_rows`` of a contiguous range each: its shard fast path be
 :func:`~workbench.trajectories.features.block_features` and yields batches. So every row of a split is
 yielded exactly once per epoch (at world size 1), in a new order each epoch.
 
-Split: a whole prompt (``split_by='prompt'``, default: all blocks of one prompt share context) or a single
+Split: a whole prompt (``split_by='prompt'``, default: all blocks of one prompt share context), every prompt cut
+from one source file (``split_by='document'``: a store collected with ``prompts_per_file > 1`` cuts one file at
+several points, and those prompts share text; needs the store's ``prompt_document`` array) or a single
 trajectory (``split_by='traj'``) goes to validation when ``hash(id) < val_fraction`` (splitmix64 of the
 id → [0, 1)); it depends only on the ids and ``val_fraction``, not on the seed.
 """
 from __future__ import annotations
 
 import itertools
-
 import math
 
 import numpy as np
@@ -27,7 +28,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from ..trajectories.features import block_features, feature_spec
 from ..trajectories.store import StoreError, StoreReader, open_store
 
-SPLIT_BY = ("prompt", "traj")
+SPLIT_BY = ("prompt", "document", "traj")
 #: Store attrs that, with the corpus text, fix which prompt a prompt id names (``workbench collect``'s plan is
 #: prefix-stable in ``n_prompts`` and ``prompts_per_file``, so those may differ): stores read together and split by
 #: prompt must agree on them, or one id would name different prompts and leak held-out text into training.
@@ -218,7 +219,8 @@ class SamplerDataModule(pl.LightningDataModule):
         store: store path, or a list of stores of one model read as one dataset (:class:`StoreReader`; e.g.
             the serial and hybrid policies' stores, NLD App. A); block_length: B.
         batch_size: block states (rows) per batch; feature_dim: F (must match the store's feature_spec).
-        val_fraction: share of prompts (or trajectories) held out, in (0, 1); split_by: 'prompt' or 'traj'.
+        val_fraction: share of prompts (or documents, or trajectories) held out, in (0, 1); split_by: 'prompt',
+            'document' or 'traj' (see the module docstring).
         num_workers: DataLoader workers (each opens its own reader); seed: shuffle seed.
         block_rows / buffer_blocks: rows per contiguous read, shuffle buffer size in blocks.
         model_fingerprint: if given, the store must have been collected with this model.
@@ -247,14 +249,21 @@ class SamplerDataModule(pl.LightningDataModule):
         self._limits = reader.limits        # every worker reads this snapshot, however far a collection has gone since
         store = self.store if isinstance(self.store, str) else " + ".join(self.store)     # for messages
         check_store_matches(reader.attrs, model_fingerprint, feature_dim, name=f"store {store}")
-        if len(reader.paths) > 1 and split_by == "prompt":
+        if len(reader.paths) > 1 and split_by in ("prompt", "document"):
             check_same_prompt_plan(reader.paths, [dict(open_store(p).attrs) for p in reader.paths])
         if reader.token_pca is None:
             raise StoreError(f"store {store} has no token_pca array: collect it with `workbench collect`")
         if reader.n_rows == 0:
             raise StoreError(f"store {store} has no rows at block length {block_length}: collect some first")
         df = reader.trajectories()
-        key = df["prompt_id"].to_numpy() if split_by == "prompt" else df.index.to_numpy()
+        key = df["prompt_id"].to_numpy() if split_by != "traj" else df.index.to_numpy()
+        if split_by == "document":
+            docs = reader.prompt_documents
+            if docs is None or key.max(initial=-1) >= len(docs) or (docs[key] < 0).any():
+                raise StoreError(f"store {store} records no source file for some of its prompts (collected before "
+                                 "2026-11-28): resume its collection with this version to record them, or use "
+                                 "split_by prompt")
+            key = docs[key]
         self.val_traj = split_fraction(key) < val_fraction                  # (n_traj,) bool
         rs, re_ = df["row_start"].to_numpy(np.int64), df["row_end"].to_numpy(np.int64)
         bounds = np.append(np.arange(0, reader.n_rows, block_rows), reader.n_rows)  # row-block edges

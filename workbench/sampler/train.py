@@ -77,9 +77,11 @@ class SamplerTrainConfig(DeviceConfig):
     """Validate every this many training steps (None: at the end of every epoch, or at the last step when
     ``max_steps`` ends the run inside its first epoch)."""
     val_fraction: float = 0.1
-    """Share of prompts (or trajectories, see split_by) held out for validation."""
+    """Share of prompts (or documents or trajectories, see split_by) held out for validation."""
     split_by: str = "prompt"
-    """Held-out unit: 'prompt' (all blocks of a prompt) or 'traj'."""
+    """Held-out unit: 'prompt' (all blocks of a prompt), 'document' (every prompt cut from one source file; a store
+    collected with several cuts per file shares text between its prompts, so 'prompt' lets it leak into the
+    held-out AUC) or 'traj'."""
     num_workers: int = 0
     """DataLoader workers reading the store."""
     block_rows: int = 1024

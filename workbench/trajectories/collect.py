@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+import zlib
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -170,6 +171,15 @@ def prompt_digest(prompts) -> str:
         h.update(np.asarray(p.prompt, dtype=np.int64).tobytes())
         h.update(np.asarray(p.real, dtype=np.int64).tobytes())
     return h.hexdigest()[:16]
+
+
+def prompt_documents(prompts) -> np.ndarray:
+    """``(max prompt id + 1,)`` int64: per prompt id, crc32 of its source file's path (-1 where no prompt has that
+    id), the store's ``prompt_document`` array."""
+    out = np.full(max((p.prompt_id for p in prompts), default=-1) + 1, -1, dtype=np.int64)
+    for p in prompts:
+        out[p.prompt_id] = zlib.crc32(p.path.encode())
+    return out
 
 
 def check_prompt_digest(out, recorded: str | None, planned: str, what: str = "") -> None:
@@ -467,7 +477,7 @@ def check_extension(cfg: CollectConfig, docs, enc, categories: list[str],
 def run_collect(cfg: CollectConfig) -> dict:
     """Collect (or resume) a store; returns counts and timings per block length."""
     from ..model.load import load_model
-    from .store import create_store
+    from .store import create_store, record_prompt_documents
 
     cfg.validate()
     check_run_dir(Path(cfg.out).parent if not Path(cfg.out).exists() else cfg.out)   # a read-only file system
@@ -498,6 +508,7 @@ def run_collect(cfg: CollectConfig) -> dict:
     create_store(cfg.out, attrs, list(cfg.block_lengths),
                  token_pca(emb, feature_spec(cfg.feature_dim)["pca_dim"], cfg.seed),
                  growable=EXTENDABLE, extend=cfg.extend, replaceable=("prompt_digest",))
+    record_prompt_documents(cfg.out, prompt_documents(prompts))
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     writer = TrajectoryWriter(cfg.out, cfg.block_lengths, cfg.rows_per_chunk)
     trainer = pl.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, logger=False,

@@ -6,6 +6,8 @@ Layout of a store directory (zarr v3, local filesystem)::
                             tokenizer_hash, policy, feature_spec, corpus_split, seed, categories, threshold, ...)
     token_pca               (V, pca_dim) float16, optional: PCA of the model's token embeddings (pca_dim from
                             feature_spec: 44 for the default 144-dim features)
+    prompt_document         (n_prompts,) int64, optional: per prompt id, crc32 of its source file's path (-1: no
+                            such prompt); a held-out split by document keeps every cut of one file on one side
     B{B}/                   one group per block length (attr block_length)
       shard-{rank:03d}/     one group per writer process; attr "commit" = the commit record (see ShardWriter)
         rows/<name>         row arrays, schema.row_array_specs(B)
@@ -230,7 +232,7 @@ def _create_store_locked(p: Path, attrs: dict, block_lengths: list[int], token_p
                 zarr.open_group(p, mode="r+").update_attributes(grown)   # one atomic zarr.json write
             return
     # zarr.<hex>.partial: the temporary file of a root-metadata write a kill interrupted
-    if p.exists() and not (p.is_dir() and all(re.fullmatch(r"zarr\.json|token_pca|B\d+|zarr\.\w+\.partial", f)
+    if p.exists() and not (p.is_dir() and all(re.fullmatch(r"zarr\.json|token_pca|prompt_document|B\d+|zarr\.\w+\.partial", f)
                                               for f in os.listdir(p))):
         raise StoreError(f"{p} exists and is not a workbench trajectory store: choose another path")
     # New store, or an interrupted create_store: build from scratch; root attrs last (they mark it complete).
@@ -246,6 +248,36 @@ def _create_store_locked(p: Path, attrs: dict, block_lengths: list[int], token_p
     except (zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError):
         raise StoreError(f"another collection holds the store {p} (it created it meanwhile); wait for it or use "
                          "another --out") from None
+
+
+def record_prompt_documents(path, documents: np.ndarray) -> None:
+    """Write the root array ``prompt_document`` ``(n_prompts,)`` int64 (per prompt id, crc32 of its file's path).
+
+    Written when the store lacks it (a store collected before it existed gets it on resume) or holds a shorter one
+    (``--extend`` added prompts); otherwise a no-op. The array is built beside the store and renamed into place,
+    so a kill leaves either no array or a whole one. Raises :class:`StoreError` when the recorded documents are
+    not a prefix of ``documents`` (the corpus changed under the store, which its prompt digest also refuses).
+    """
+    p = Path(path)
+    documents = np.asarray(documents, dtype=np.int64)
+    with _creation_lock(p):
+        root = zarr.open_group(p, mode="r")
+        if "prompt_document" in root:
+            old = root["prompt_document"][:]
+            n = min(len(old), len(documents))
+            if not np.array_equal(old[:n], documents[:n]):
+                raise StoreError(f"store {p} records other source files for its prompts than this corpus gives: "
+                                 "collect into a new path")
+            if len(old) >= len(documents):
+                return
+        tmp = p.parent / f".{p.name}.prompt_document.partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        arr = zarr.create_array(str(tmp), shape=documents.shape, dtype=np.int64,
+                                chunks=(max(1, min(len(documents), 1 << 16)),), compressors=COMPRESSORS,
+                                config={"write_empty_chunks": True})
+        arr[:] = documents
+        shutil.rmtree(p / "prompt_document", ignore_errors=True)
+        os.replace(tmp, p / "prompt_document")
 
 
 def check_metadata(path: Path) -> None:
@@ -544,7 +576,7 @@ class StoreReader:
     Only the committed part of each shard is visible (rows ``[0, item_rows)``, trajectories
     ``[0, item_trajs)`` of the commit record), so a store can be read while it is being written.
     Attributes: ``n_rows``, ``n_traj``, ``block_length``, ``attrs`` (root attrs), ``token_pca`` ((V, 44)
-    float16 or None). Global ids follow store order, then shard order (``shard-000`` first).
+    float16 or None), ``prompt_documents`` (the first store's ``prompt_document`` array or None). Global ids follow store order, then shard order (``shard-000`` first).
 
     Raises :class:`StoreError` (one line) for a missing or damaged store, a missing block length, or stores of
     different models, feature specs, categories or token PCA tables.
@@ -566,6 +598,7 @@ class StoreReader:
             pca = root["token_pca"][:] if "token_pca" in root else None
             if i == 0:
                 self.attrs, self.token_pca = attrs, pca
+                self.prompt_documents = root["prompt_document"][:] if "prompt_document" in root else None
             else:
                 self._check_same_model(p, attrs, pca)
             for name, g, c in _shards(root, self.block_length, p):
