@@ -42,6 +42,8 @@ def main() -> None:
                     help="sampler directories (`workbench train sampler`); none: the top-1 probability alone")
     ap.add_argument("--block_length", type=int, default=8)
     ap.add_argument("--val_fraction", type=float, default=0.1, help="the held-out prompts (as training holds out)")
+    ap.add_argument("--split_by", default="prompt", choices=["prompt", "document"],
+                    help="held-out unit, as the samplers were trained (`train sampler --split_by`)")
     ap.add_argument("--error_levels", type=float, nargs="*", default=[0.001, 0.0025, 0.005, 0.01, 0.02, 0.05],
                     help="per-token error rates (wrong ÷ committed) at which to report the global-threshold commits")
     ap.add_argument("--n_thresholds", type=int, default=200, help="thresholds per score: quantiles of its values")
@@ -50,7 +52,7 @@ def main() -> None:
     nets = {s: load_sampler(s)[0].eval() for s in args.samplers}
     spec = StoreReader(args.store, args.block_length).attrs["feature_spec"]
     dm = SamplerDataModule(args.store, args.block_length, batch_size=1024, feature_dim=spec["feature_dim"],
-                           val_fraction=args.val_fraction)
+                           val_fraction=args.val_fraction, split_by=args.split_by)
     i_step = 3 * spec["pca_dim"] + STAT_NAMES.index("step_over_B")       # the step / B feature's column
     names = ["top1_prob", *nets]
     position_scores: dict[str, list] = {s: [] for s in names}             # per masked position
