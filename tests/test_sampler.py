@@ -187,6 +187,15 @@ def test_document_split_keeps_each_file_on_one_side(tmp_path):
     assert set(side.values()) == {True, False}
     by_prompt = SamplerDataModule(path, 8, batch_size=16, val_fraction=0.3, split_by="prompt").val_traj
     assert not np.array_equal(by_prompt, dm.val_traj)                 # prompts of one file split apart there
+    # stores read together: the longer record, when the other is its prefix; one without a record → none
+    other = make_store(tmp_path / "e.zarr", items=12, shards=1)
+    record_prompt_documents(other, docs[:30])
+    np.testing.assert_array_equal(StoreReader([other, path], 8).prompt_documents, docs)
+    assert StoreReader([path, make_store(tmp_path / "f.zarr", items=4, shards=1)], 8).prompt_documents is None
+    bad = make_store(tmp_path / "g.zarr", items=4, shards=1)
+    record_prompt_documents(bad, docs[:30] + 1)
+    with pytest.raises(StoreError, match="other source files"):
+        StoreReader([path, bad], 8)
 
 
 def test_store_mismatch_errors(store):

@@ -154,7 +154,11 @@ def test_greedy_equals_ar_on_trained_tiny(tiny, mode):
         _check_counters(quad, 48, quadratic=True)
     else:  # one initial draft per real-context segment
         assert all(f == len(c) + 3 for f, c in zip(quad.forwards, quad.committed_per_step))
-    for res in (lin, quad):
+    # NLD §3.3's draft input: its commit keeps d_1..d_a of k appended keys (x_{n+1} came with the draft forward)
+    clean = linear_self_speculation(model, prompts, 48, draft_length=6, pad_id=PAD, layout="clean_prefix", **kw)
+    assert clean.tokens == ref.tokens
+    _check_counters(clean, 48)
+    for res in (lin, quad, clean):
         assert max(c for row in res.committed_per_step for c in row) >= 3   # the acceptance paths ran
 
 

@@ -22,9 +22,10 @@ Definitions (``t`` = serial target, ``M`` = mask token):
   with the decoder one level shallower (depth 0 = greedy) still reaches ``t`` on its own (no forced
   commit), within the block's simulation budget (over budget = unsafe). The full matched set is
   tried first (so compaction follows greedy exactly whenever greedy succeeds), then a binary search
-  over the prefix length; the top-1 match is taken as safe. A state with no match at all (reachable only
-  after a top-1 commit that was not in fact safe) commits ``t`` at the most confident masked position (a
-  *forced* commit, counted in ``forced_commits``).
+  over the prefix length; the top-1 match is taken as safe. A state with no match at all commits ``t`` at the
+  most confident masked position (a *forced* commit, counted in ``forced_commits``). Towards the serial target
+  it is reachable only after a top-1 commit that was not in fact safe; towards another target (SOL(AR greedy))
+  the all-mask state itself may have no match, and its forced commits are tokens the model did not predict.
 * **SOL** of a block (:func:`solve_block`): compaction's forward count. NLD §4.1: "We use this scheme to report
   SOL throughout this section; greedy serves as a fast lower-bound proxy." (Until 2026-11-28 SOL was the
   fewer forwards of compaction and of a greedy acceptance whose fallback committed the *target's* token: one such

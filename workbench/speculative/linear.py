@@ -16,8 +16,8 @@ sampled output is distributed as AR sampling at the same temperature.
 
 **Draft layout.** NLD §3.3 appends "k mask tokens to the verified prefix, forming the input [x_1, …, x_n, m_1,
 …, m_k]": the masks follow a fully clean prefix, as every training block does. The default layout above
-(``draft_layout="in_block"``) instead puts ``x_{n+1}`` inside the bidirectional block, with the adapter on, so
-the block is ``k + 1`` tokens long. ``draft_layout="clean_prefix"`` is the paper's: one forward appends
+(``layout="in_block"``) instead puts ``x_{n+1}`` inside the bidirectional block, with the adapter on, so
+the block is ``k + 1`` tokens long. ``layout="clean_prefix"`` is the paper's: one forward appends
 ``x_{n+1}`` causally with the base weights (:meth:`~workbench.model.trimode.TriModeLM.extend_and_diffuse`) and
 reads the ``k`` masks after it; its AR logit at ``x_{n+1}`` verifies ``d_1``, so the verify forward holds
 ``d_1..d_k`` only. Both are lossless. It needs a gated LoRA or no adapter at all: a plain peft adapter would

@@ -276,8 +276,12 @@ def record_prompt_documents(path, documents: np.ndarray) -> None:
                                 chunks=(max(1, min(len(documents), 1 << 16)),), compressors=COMPRESSORS,
                                 config={"write_empty_chunks": True})
         arr[:] = documents
-        shutil.rmtree(p / "prompt_document", ignore_errors=True)
+        old = p.parent / f".{p.name}.prompt_document.old"
+        shutil.rmtree(old, ignore_errors=True)
+        if (p / "prompt_document").exists():
+            os.replace(p / "prompt_document", old)       # a reader meanwhile may miss the record, never read half
         os.replace(tmp, p / "prompt_document")
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def check_metadata(path: Path) -> None:
@@ -576,7 +580,9 @@ class StoreReader:
     Only the committed part of each shard is visible (rows ``[0, item_rows)``, trajectories
     ``[0, item_trajs)`` of the commit record), so a store can be read while it is being written.
     Attributes: ``n_rows``, ``n_traj``, ``block_length``, ``attrs`` (root attrs), ``token_pca`` ((V, 44)
-    float16 or None), ``prompt_documents`` (the first store's ``prompt_document`` array or None). Global ids follow store order, then shard order (``shard-000`` first).
+    float16 or None), ``prompt_documents`` (the longest ``prompt_document`` record of the
+    stores, every other one a prefix of it; None when a store has none). Global ids follow store order, then
+    shard order (``shard-000`` first).
 
     Raises :class:`StoreError` (one line) for a missing or damaged store, a missing block length, or stores of
     different models, feature specs, categories or token PCA tables.
@@ -596,11 +602,12 @@ class StoreReader:
             attrs = dict(root.attrs)
             policies.append(str(attrs.get("policy")))
             pca = root["token_pca"][:] if "token_pca" in root else None
+            docs = root["prompt_document"][:] if "prompt_document" in root else None
             if i == 0:
-                self.attrs, self.token_pca = attrs, pca
-                self.prompt_documents = root["prompt_document"][:] if "prompt_document" in root else None
+                self.attrs, self.token_pca, self.prompt_documents = attrs, pca, docs
             else:
                 self._check_same_model(p, attrs, pca)
+                self.prompt_documents = self._merge_documents(p, docs)
             for name, g, c in _shards(root, self.block_length, p):
                 if c is None or (limits is not None and (i, name) not in limits):
                     continue
@@ -623,6 +630,17 @@ class StoreReader:
         self._row_off = np.concatenate([[0], np.cumsum(n_rows, dtype=np.int64)])
         self._traj_off = np.concatenate([[0], np.cumsum(n_trajs, dtype=np.int64)])
         self.n_rows, self.n_traj = int(self._row_off[-1]), int(self._traj_off[-1])
+
+    def _merge_documents(self, p: Path, docs: np.ndarray | None) -> np.ndarray | None:
+        """The longer of the records read so far and store ``p``'s (None if either is missing); raises
+        :class:`StoreError` when neither is a prefix of the other (different prompt plans)."""
+        if docs is None or self.prompt_documents is None:
+            return None
+        short, long_ = sorted((docs, self.prompt_documents), key=len)
+        if not np.array_equal(short, long_[:len(short)]):
+            raise StoreError(f"stores {self.paths[0]} and {p} record other source files for the same prompt ids: "
+                             "they were collected on different prompt plans")
+        return long_
 
     @property
     def limits(self) -> dict[tuple[int, str], tuple[int, int]]:
