@@ -22,8 +22,8 @@ def sol_ceilings(model, prompts: list[list[int]], lengths: list[int], gen_len: i
                  ar_tokens: list[list[int]] | None, precision: str, budget: int = 5000,
                  progress_bar: bool = True, cache: dict | None = None) -> pd.DataFrame:
     """One row per (ceiling, B): ``ceiling`` ('serial' or 'ar_greedy'), ``block_length``, ``sol`` (acceptance),
-    ``greedy`` (greedy acceptance), ``greedy_exact`` (share of blocks greedy acceptance reproduced), ``forced_per_block`` (compaction's forced
-    commits per block), ``blocks``. ``ar_tokens``: AR greedy's ``gen_len`` tokens per prompt
+    ``greedy`` (greedy acceptance), ``greedy_exact`` (share of blocks greedy acceptance reproduced),
+    ``forced_per_block`` (compaction's forced commits per block), ``blocks``. ``ar_tokens``: AR greedy's ``gen_len`` tokens per prompt
     (None: SOL(AR greedy) is skipped). ``cache``: shared searches (:func:`~workbench.sol.runner.run_sol`)."""
     from tqdm.auto import tqdm
 

@@ -58,9 +58,9 @@ def row_columns(spec: DecoderSpec, length: int | None, res: DecodeResult, ar: De
     n = len(res.tokens)
     tokens = sum(len(t) for t in res.tokens)
     w_f, w_e = spec.forward_cost(length, drafter_ratio)
+    drafted = sum(res.drafter_forwards_of(i) for i in range(n))     # a separate drafter's forwards (SimSD)
     cost = sum(res.forwards[i] * w_f + res.extra_forwards[i] * w_e for i in range(n))
-    # a separate drafter's own forwards (SimSD): B tokens each at the drafter's share of the target's FLOPs
-    cost += sum(res.drafter_forwards_of(i) for i in range(n)) * drafter_ratio * (length or 1)
+    cost += drafted * drafter_ratio * (length or 1)      # B tokens each at the drafter's share of the target's FLOPs
     cycles = sum(len(c) for c in res.committed_per_step)
     nan = math.nan
 
@@ -79,8 +79,7 @@ def row_columns(spec: DecoderSpec, length: int | None, res: DecodeResult, ar: De
     return {
         "tokens": tokens / n,
         "tpf": tokens / max(1, sum(target_forwards(spec, res, i) for i in range(n))),
-        "tpf_real": tokens / max(1, sum(res.forwards) + sum(res.extra_forwards)
-                                 + sum(res.drafter_forwards_of(i) for i in range(n))),
+        "tpf_real": tokens / max(1, sum(res.forwards) + sum(res.extra_forwards) + drafted),
         "cost_tpf": tokens / cost if cost > 0 else nan,
         "tau": tokens / cycles if spec.family == "speculative" and cycles else nan,
         "tokens_per_s": tokens / max(res.wall_time, 1e-9),

@@ -32,7 +32,8 @@ def leaderboard_markdown(df: pd.DataFrame, ceilings: pd.DataFrame, cfg, n_prompt
              "(free-running).", ""]
     if len(ceilings):
         lines += ["## SOL ceilings (free-running, NLD §4.1)", "",
-                  markdown_table(ceilings, ["ceiling", "block_length", "blocks", "sol", "greedy", "greedy_exact", "forced_per_block"]), ""]
+                  markdown_table(ceilings, ["ceiling", "block_length", "blocks", "sol", "greedy", "greedy_exact",
+                                            "forced_per_block"]), ""]
     for mode in ("real", "free"):
         part = ok[ok["mode"] == mode]
         if len(part):

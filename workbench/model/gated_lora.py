@@ -7,10 +7,10 @@ Every adapted linear layer computes, for token position ``j``,
 with ``g_j = 1`` at noisy-stream positions (the diffusion or proposal pathway) and ``g_j = 0`` at clean
 positions. I-DLM Table 6 gates on [MASK] positions (``1[j ∈ M]``); here the whole noisy stream is gated, so the
 unmasked tokens of a partly masked NLD block also take the residual, in training and at inference alike (for
-I-DLM's all-mask stream the two rules are the same). Clean positions therefore run the frozen base model exactly: AR mode, the prefix KV cache, the
-self-speculation verifier and the I-DLM causal anchor ``p`` are the base model's own, and linear
-self-speculation (draft with the adapter, verify without) or R-ISD is lossless with respect to the base by
-construction.
+I-DLM's all-mask stream the two rules are the same). Clean positions therefore run the frozen base model
+exactly: AR mode, the prefix KV cache, the self-speculation verifier and the I-DLM causal anchor ``p`` are the
+base model's own, and linear self-speculation (draft with the adapter, verify without) or R-ISD is lossless with
+respect to the base by construction.
 
 Mechanism: a peft ``LoraConfig`` on every attention and MLP linear layer (``q, k, v, o, gate, up, down`` for
 Llama-style families), plus the new mask token's embedding row as peft *trainable tokens* (the only base row

@@ -48,6 +48,18 @@ def draft_forward(model, ctx: SpecContext, k: int) -> torch.Tensor:
     return masked_draft_logits(logits[:, 1:], model.mask_token_id)
 
 
+def clean_prefix_draft_forward(model, ctx: SpecContext, k: int, active: torch.Tensor
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """NLD §3.3's draft input in one forward: ``x_{n+1}`` appended to the cache causally (base weights) and ``k``
+    masks read after it (:meth:`~workbench.model.trimode.TriModeLM.extend_and_diffuse`). Marks the new key valid
+    for the ``active`` rows ``(N,)``. Returns ``(AR logits at x_{n+1} (N, 1, V), draft logits (N, k, V))``, the
+    draft's as :func:`draft_forward` returns them ([MASK] forbidden)."""
+    masks = torch.full((ctx.last.shape[0], k), model.mask_token_id, dtype=torch.long, device=ctx.last.device)
+    first, z = model.extend_and_diffuse(ctx.last[:, None], masks, ctx.cache, ctx.with_new(k + 1))
+    ctx.valid = torch.cat([ctx.valid, active[:, None]], dim=1)
+    return first, masked_draft_logits(z, model.mask_token_id)
+
+
 DRAFT_LAYOUTS = ("in_block", "clean_prefix")
 """Where the last verified token sits in the draft forward (see the module docstring)."""
 
@@ -67,32 +79,25 @@ class LinearSpeculator:
         verifier's correction or bonus token (NLD §3.3, linear self-speculation)."""
         m, k = self.model, self.k
         if self.layout == "clean_prefix":
-            masks = torch.full((ctx.last.shape[0], k), m.mask_token_id, dtype=torch.long, device=ctx.last.device)
-            first, z = m.extend_and_diffuse(ctx.last[:, None], masks, ctx.cache, ctx.with_new(k + 1))
-            ctx.valid = torch.cat([ctx.valid, active[:, None]], dim=1)            # x_{n+1} now cached (base)
-            z = masked_draft_logits(z, m.mask_token_id)                            # (N, k, V)
-            draft, q = pick_draft(z, self.temperature, self.generator)
-            tally.count(active)
-            with verifier_mode(m):
-                rest = m.extend(draft, ctx.cache, ctx.with_new(k)).float()       # (N, k, V)
-            ver = torch.cat([first.float(), rest], dim=1)                         # (N, k + 1, V)
-            keep_slots = k                                                        # keys appended: d_1..d_k
+            first, z = clean_prefix_draft_forward(m, ctx, k, active)   # x_{n+1} now cached: verify d_1..d_k
         else:
-            z = draft_forward(m, ctx, k)
-            draft, q = pick_draft(z, self.temperature, self.generator)
-            tally.count(active)
-            seq = torch.cat([ctx.last[:, None], draft], dim=1)
-            with verifier_mode(m):
-                ver = m.extend(seq, ctx.cache, ctx.with_new(k + 1)).float()      # (N, k + 1, V)
-            keep_slots = k + 1                                                    # x_{n+1}, d_1..d_k
+            first, z = None, draft_forward(m, ctx, k)                   # verify x_{n+1}, d_1..d_k
+        draft, q = pick_draft(z, self.temperature, self.generator)
+        tally.count(active)
+        seq = draft if first is not None else torch.cat([ctx.last[:, None], draft], dim=1)
+        appended = seq.shape[1]                                            # keys this verify forward appends
+        with verifier_mode(m):
+            ver = m.extend(seq, ctx.cache, ctx.with_new(appended)).float()
+        if first is not None:
+            ver = torch.cat([first.float(), ver], dim=1)                   # (N, k + 1, V)
         tally.count(active, extra=True)
         res = verify(draft, q, ver, self.temperature, self.generator)
         rows = torch.arange(draft.shape[0], device=draft.device)
         self.last_probs = emitted_probs(token_probs(z, draft, self.temperature), res.accepted,
                                         token_probs(ver[rows, res.accepted][:, None], res.next_token[:, None],
                                                     self.temperature)[:, 0])
-        # keep x_{n+1} (when this forward appended it) and d_1..d_a
-        slots = torch.arange(keep_slots, device=draft.device)[None, :] + (k + 1 - keep_slots)
+        # keep x_{n+1} (when the verify forward appended it) and d_1..d_a: slot j holds d_j, slot 0 x_{n+1}
+        slots = torch.arange(k + 1 - appended, k + 1, device=draft.device)[None, :]
         ctx.commit(slots <= res.accepted[:, None], res.next_token, active)
         return res.emitted(draft)
 

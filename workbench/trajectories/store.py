@@ -232,8 +232,8 @@ def _create_store_locked(p: Path, attrs: dict, block_lengths: list[int], token_p
                 zarr.open_group(p, mode="r+").update_attributes(grown)   # one atomic zarr.json write
             return
     # zarr.<hex>.partial: the temporary file of a root-metadata write a kill interrupted
-    if p.exists() and not (p.is_dir() and all(re.fullmatch(r"zarr\.json|token_pca|prompt_document|B\d+|zarr\.\w+\.partial", f)
-                                              for f in os.listdir(p))):
+    known = r"zarr\.json|token_pca|prompt_document|B\d+|zarr\.\w+\.partial"
+    if p.exists() and not (p.is_dir() and all(re.fullmatch(known, f) for f in os.listdir(p))):
         raise StoreError(f"{p} exists and is not a workbench trajectory store: choose another path")
     # New store, or an interrupted create_store: build from scratch; root attrs last (they mark it complete).
     try:

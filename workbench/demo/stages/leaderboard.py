@@ -46,8 +46,8 @@ def section(st: dict) -> list[str]:
              f"{st['n_prompts']} held-out prompts × {st['gen_len']} tokens, {st['precision']}; free-running rows shown "
              "(real-context rows in [`leaderboard/leaderboard.md`](leaderboard/leaderboard.md)). tpf = tokens per "
              "target forward; cost_tpf = tokens per one-token-forward of FLOPs (AR = 1); tau = tokens per cycle, "
-             "bonus counted; speedup = tokens/s over AR greedy in this process (a row reused from the evaluation sweep, on "
-             "the same prompts, keeps the sweep's time); distance = tpf ÷ SOL(serial) for "
+             "bonus counted; speedup = tokens/s over AR greedy in this process (a row reused from the evaluation "
+             "sweep, on the same prompts, keeps the sweep's time); distance = tpf ÷ SOL(serial) for "
              f"diffusion decoders, ÷ SOL(AR greedy) for lossless speculative ones. In {st['precision']}, {lossless}.", "",
              markdown_table(free, [c for c in HEADLINE_COLUMNS if c in free]), "",
              "![leaderboard](leaderboard/leaderboard.png)", ""]
