@@ -3,6 +3,7 @@
 import itertools
 import json
 import math
+import zlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -407,12 +408,39 @@ def test_teacher_data_resumes_and_extends(tmp_path, small_corpus, tokenizer):
     assert b'"temperature": 0.0' in meta[META_KEY]
     rows = load_teacher(full)
     assert all(len(a) == 8 for a in rows.answer) and rows.settings["split"] == "train"
+    assert rows.path is not None and len(rows.path) == len(rows.answer) and all(q.endswith(".py") for q in rows.path)
     bad = _teacher_cfg(tmp_path / "full", small_corpus, 10)
     bad.temperature = 0.7
     with pytest.raises(ValueError, match="other settings"):
         generate_teacher(bad, target, tokenizer)
     with pytest.raises(ValueError, match="held out"):
         TeacherConfig(split="test").validate()
+
+
+def test_document_split_keeps_every_prompt_of_a_file_on_one_side():
+    """split_by 'document' holds out whole source files (the prompt split puts a file's prompts on both sides);
+    teacher data without the path column is refused for it with a one-line reason."""
+    from workbench.deer.data import TeacherRows, split_rows
+
+    paths = [f"pkg/mod{f}.py" for f in range(40) for _ in range(4)]          # 40 files x 4 prompts
+    rows = TeacherRows(list(range(len(paths))), ["c"] * len(paths), [[1]] * len(paths), [[2]] * len(paths), {},
+                       paths)
+    for by in ("prompt", "document"):
+        tr, va = split_rows(rows, 20, by)
+        assert sorted(tr.prompt_id + va.prompt_id) == rows.prompt_id and va.path is not None
+        shared = set(tr.path) & set(va.path)
+        assert (not shared) if by == "document" else shared                  # the prompt split leaks files
+    tr, va = split_rows(rows, 20, "document")
+    held = {zlib.crc32(q.encode()) % 100 < 20 for q in set(va.path)}
+    assert held == {True} and len(va) % 4 == 0
+    with pytest.raises(ValueError, match="records no source paths"):
+        split_rows(TeacherRows(rows.prompt_id, rows.category, rows.prompt, rows.answer, {}), 20, "document")
+    with pytest.raises(ValueError, match="valid: prompt, document"):
+        split_rows(rows, 20, "file")
+    from workbench.deer.train import DeerTrainConfig
+
+    with pytest.raises(ValueError, match="valid: prompt, document"):
+        DeerTrainConfig(split_by="file").validate()
 
 
 # ---------------------------------------------------------------- tables

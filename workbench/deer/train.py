@@ -24,7 +24,7 @@ from ..model.fingerprint import weights_fingerprint
 from ..model.io import save_checkpoint
 from ..model.presets import PRESETS
 from ..utils import staged_dir, write_run_config
-from .data import TeacherDataModule, load_teacher
+from .data import SPLIT_BY, TeacherDataModule, load_teacher
 from .masking import NOISE, SPANS
 from .models import build_drafter, count_parameters, load_target
 from .module import DeerModule
@@ -81,7 +81,10 @@ class DeerTrainConfig(DeviceConfig):
     max_context: int | None = 320
     """Context tokens (prompt + answer prefix) kept before SEP (the most recent); null keeps all."""
     val_percent: int = 5
-    """Percent of teacher prompts held out for validation."""
+    """Percent of teacher prompts (or source files, with split_by 'document') held out for validation."""
+    split_by: str = "prompt"
+    """Validation split: 'prompt' (by prompt id) or 'document' (by source file: the teacher cuts each file into
+    up to per_file prompts, and the prompt split trains on a held-out prompt's siblings)."""
     val_rows: int = 128
     """At most this many validation rows."""
     val_every: int = 100
@@ -123,6 +126,8 @@ class DeerTrainConfig(DeviceConfig):
             raise ValueError("batch_size, max_steps and val_draft_length must be positive")
         if not 0 < self.val_percent < 100:
             raise ValueError(f"val_percent must be in (0, 100), got {self.val_percent}")
+        if self.split_by not in SPLIT_BY:
+            raise ValueError(f"unknown split_by {self.split_by!r}; valid: {', '.join(SPLIT_BY)}")
 
 
 def train_deer(cfg: DeerTrainConfig) -> Path:
@@ -163,7 +168,7 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
                         warmup_steps=cfg.warmup_steps, max_steps=cfg.max_steps, min_lr_ratio=cfg.min_lr_ratio,
                         seed=cfg.seed)
     data = TeacherDataModule(cfg.teacher, cfg.batch_size, cfg.max_steps * cfg.batch_size, cfg.val_percent,
-                             cfg.val_rows, cfg.seed, per_device_batch=plan.per_device)
+                             cfg.val_rows, cfg.seed, per_device_batch=plan.per_device, split_by=cfg.split_by)
     history = LogHistory(out / "logs" / "version_0" / "metrics.csv", last if resuming else None)
     history.before_fit()                        # one log across interruptions
     t0 = time.time()
