@@ -72,6 +72,27 @@ def test_position_terms_match_hand_values():
     torch.testing.assert_close(t.lam, torch.exp(-0.5 * t.alpha))
 
 
+def test_a_token_the_verifier_rules_out_adds_nothing_to_the_kl():
+    """0 · log 0 = 0 in Eq. 6: a verifier logit of −inf (a hidden mask column) inside U_j leaves every term
+    finite and equal to the hand values over the other tokens (it gave NaN before)."""
+    p = [0.5, 0.3, 0.2, 0.0, 0.0]
+    q = [0.3, 0.1, 0.1, 0.35, 0.15]
+    v = logits_for(p)[None, None].float()                  # tokens 3 and 4: -inf
+    d = logits_for(q)[None, None].float()
+    for k, sup in ((2, [0, 1, 3]), (5, [0, 1, 2, 3, 4])):  # q's top-2 brings token 3 into U_j
+        assert union_topk_support(v, d, k)[0, 0].nonzero().flatten().tolist() == sup
+        pt = {x: p[x] / sum(p[y] for y in sup) for x in sup}
+        qt = {x: q[x] / sum(q[y] for y in sup) for x in sup}
+        kl = sum(pt[x] * math.log(pt[x] / qt[x]) for x in sup if pt[x] > 0)
+        tv = 0.5 * sum(abs(pt[x] - qt[x]) for x in sup)
+        dd = d.clone().requires_grad_(True)
+        t = position_terms(dd, v, tau=TAU, top_k=k, eta=0.5)
+        assert torch.isfinite(t.kl).all() and t.kl.item() == pytest.approx(kl, rel=1e-5)
+        assert t.tv.item() == pytest.approx(tv, rel=1e-5)
+        t.kl.sum().backward()
+        assert torch.isfinite(dd.grad).all()
+
+
 def test_ce_against_verifier_argmax_on_union_support():
     d, v = two_positions()
     t = position_terms(d, v, tau=TAU, top_k=2, ce_tau=1.0)

@@ -71,3 +71,17 @@ def test_mask_blocks_per_block_noise_level():
     assert abs(masked.float().mean().item() - t.mean().item()) < 0.02
     with pytest.raises(ValueError, match="divide"):
         mask_blocks(clean, 12, 256)
+
+
+def test_mask_blocks_per_sequence_noise_level_is_nld_eq2():
+    """NLD Eq. 2 draws one t per sequence: t is constant along each row, and the masked count per row spreads
+    far more than with one t per block (the case §2.1 makes for global averaging)."""
+    clean = torch.arange(256).repeat(400, 1) % 250
+    _, masked_s, t_s = mask_blocks(clean, 16, 256, 1e-3, torch.Generator().manual_seed(0), per="sequence")
+    _, masked_b, _ = mask_blocks(clean, 16, 256, 1e-3, torch.Generator().manual_seed(0), per="block")
+    assert torch.equal(t_s, t_s[:, :1].expand_as(t_s)) and len(t_s[:, 0].unique()) == 400
+    assert abs(masked_s.float().mean().item() - t_s.mean().item()) < 0.02
+    cv = [m.sum(1).float().std().item() / m.sum(1).float().mean().item() for m in (masked_s, masked_b)]
+    assert cv[0] > 0.45 and cv[1] < 0.25          # U(0, 1): 0.58 per sequence; about 0.58/sqrt(16) per block
+    with pytest.raises(ValueError, match="valid: sequence, block"):
+        mask_blocks(clean, 16, 256, per="window")

@@ -117,7 +117,8 @@ def position_terms(draft_logits: torch.Tensor, verifier_logits: torch.Tensor, *,
     log_p = restricted_log_softmax(zt, support, tau)
     log_q = restricted_log_softmax(zd, support, tau)
     p, q = log_p.exp(), log_q.exp()                                   # exactly 0 outside U_j
-    kl = torch.where(support, p * (log_p - log_q), torch.zeros_like(p)).sum(-1)
+    # 0 · log 0 = 0 (Eq. 6): a token the verifier rules out (logit −inf, e.g. a hidden mask column) adds nothing
+    kl = (p * torch.where(support & (p > 0), log_p - log_q, torch.zeros_like(p))).sum(-1)
     tv = 0.5 * (p - q).abs().sum(-1)
     alpha = torch.minimum(p, q).sum(-1)
     lam = torch.exp(-eta * alpha.detach())

@@ -26,7 +26,7 @@ from ..model.load import load_model
 from ..model.attention import check_attention_path, set_attention_path
 from ..model.gated_lora import DEFAULT_TARGETS
 from ..model.losses import AVERAGING, ar_loss, diffusion_loss, idlm_loss, joint_loss
-from ..model.noise import mask_blocks
+from ..model.noise import NOISE_PER, mask_blocks
 from ..model.presets import PRESETS, preset_config
 from ..model.trimode import TriModeLM
 from ..model.unlikelihood import repeated_ngram_mask, unlikelihood_loss
@@ -80,6 +80,10 @@ class LMTrainConfig(DeviceConfig):
     """Loss averaging: 'global' (NLD Eq. 5) or 'sequence' (Eq. 4)."""
     t_min: float = 1e-3
     """Lower end of the noise level t ~ U(t_min, 1)."""
+    noise_per: str = "sequence"
+    """Training noise level draw: 'sequence' (one t per window, NLD Eq. 2) or 'block' (one t per block, the
+    BD3-LM variant every shipped checkpoint was trained with). Validation always draws per block: the same
+    expectation with less variance, comparable across legs."""
     lr: float = 1.5e-3
     """Peak learning rate (AdamW)."""
     min_lr_ratio: float = 0.1
@@ -158,6 +162,8 @@ class LMTrainConfig(DeviceConfig):
             raise ValueError(f"unknown preset {self.preset!r}; valid: {', '.join(PRESETS)}")
         if self.averaging not in AVERAGING:
             raise ValueError(f"unknown loss averaging {self.averaging!r}; valid: {', '.join(AVERAGING)}")
+        if self.noise_per not in NOISE_PER:
+            raise ValueError(f"unknown noise_per {self.noise_per!r}; valid: {', '.join(NOISE_PER)}")
         for b in [*self.block_lengths, self.val_block_length]:
             if b <= 0 or self.seq_len % b:
                 raise ValueError(f"block length {b} must be positive and divide seq_len {self.seq_len}")
@@ -249,7 +255,8 @@ class TriModeLMModule(pl.LightningModule):
         the noise it gets on one device. Returns ``(noisy, masked, t, total_masked)``; ``total_masked``
         ``(G, L)`` is None when this forward is the whole step (one device, no accumulation)."""
         template = torch.zeros(self.plan.global_batch, batch.shape[1], dtype=batch.dtype)
-        _, masked_all, t_all = mask_blocks(template, b, self.model.mask_token_id, self.cfg.t_min, g)
+        _, masked_all, t_all = mask_blocks(template, b, self.model.mask_token_id, self.cfg.t_min, g,
+                                           per=self.cfg.noise_per)
         idx = rows.cpu()
         masked, t = masked_all[idx].to(batch.device), t_all[idx].to(batch.device)
         noisy = torch.where(masked, torch.full_like(batch, self.model.mask_token_id), batch)
@@ -471,7 +478,7 @@ def unlikelihood_step(model: TriModeLM, batch: torch.Tensor, cfg: LMTrainConfig,
     cand = torch.zeros_like(cont)
     cand[:, p:] = repeated_ngram_mask(gen, cfg.ul_ngram, whitespace)
     b = draw_block_length(cfg.block_lengths, g)
-    noisy, masked, _ = mask_blocks(seq, b, model.mask_token_id, cfg.t_min, g)
+    noisy, masked, _ = mask_blocks(seq, b, model.mask_token_id, cfg.t_min, g, per=cfg.noise_per)
     ar_logits, diff_logits = model.dual_stream_logits(seq, noisy, b)
     # AR logits at i score token i + 1
     ul_ar = unlikelihood_loss(ar_logits[:, :-1], seq[:, 1:], cand[:, 1:], cont[:, 1:])
