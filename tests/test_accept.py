@@ -42,6 +42,32 @@ def test_speculative_rule_matches_target_distribution():
     assert abs(res.accepted.double().mean().item() - 0.4) < 0.005
 
 
+def test_next_prob_is_the_probability_under_the_distribution_the_token_came_from():
+    """After a rejection the correction is drawn from norm(max(0, p − q)); after full acceptance the bonus from
+    p_{k+1}. ``next_prob`` is that distribution's probability of the token (I-DLM §2's q_k(x_k))."""
+    p, q = [0.5, 0.3, 0.2], [0.1, 0.1, 0.8]
+    _, res = _first_token_hist(p, q, trials=2000)
+    residual = torch.tensor([0.4, 0.2, 0.0]) / 0.6                      # max(0, p − q), normalised
+    rej = res.accepted == 0
+    assert rej.any() and (~rej).any()
+    torch.testing.assert_close(res.next_prob[rej], residual[res.next_token[rej]])
+    torch.testing.assert_close(res.next_prob[~rej], torch.tensor(p)[res.next_token[~rej]])
+    assert greedy_accept(torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 2, 3)).next_prob is None
+
+
+def test_relaxed_acceptance_multiplies_the_ratio_by_one_plus_tau():
+    """I-DLM §4.3: accept with probability min(1, (1 + τ) p/q); for one draft from q the acceptance rate is
+    Σ_x min(q, (1 + τ) p) = 0.1 + 0.1 + 0.4 at τ = 1 (0.4 at τ = 0)."""
+    p, q = [0.5, 0.3, 0.2], [0.1, 0.1, 0.8]
+    g = torch.Generator().manual_seed(0)
+    qn, pn = torch.tensor(q).expand(200_000, 1, -1), torch.tensor(p).expand(200_000, 2, -1)
+    draft = torch.multinomial(qn[:, 0], 1, generator=g)
+    res = speculative_accept(draft, qn, pn, generator=g, relax=1.0)
+    assert abs(res.accepted.double().mean().item() - 0.6) < 0.005
+    with pytest.raises(ValueError, match="≥ 0"):
+        speculative_accept(draft, qn, pn, relax=-0.1)
+
+
 def test_speculative_rule_identical_distributions_always_accept():
     p = [0.25, 0.25, 0.5]
     hist, res = _first_token_hist(p, p, trials=20_000)

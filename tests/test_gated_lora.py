@@ -299,9 +299,13 @@ def test_teacher_forced_tau_hand_case():
     def onehot(ids, v=5):
         return torch.nn.functional.one_hot(torch.tensor([ids]), v).float()
 
-    # shifted (I-DLM): blocks of 2 over 6 positions; block 0 skipped; block 1 agrees on both, block 2 on none
-    draft, ver = onehot([0, 0, 1, 2, 3, 4]), onehot([4, 4, 1, 2, 0, 0])
-    assert teacher_forced_tau(draft, ver, 2, shifted=True).item() == pytest.approx(((2 + 1) + (0 + 1)) / 2)
+    # shifted (I-DLM): blocks of 3 over 9 positions, block 0 skipped; ISD at stride N = 3 proposes N − 1 = 2
+    # tokens, so only a block's first 2 predictions are drafts: block 1 agrees on both (its third agreement is
+    # not a draft), block 2 on the first only
+    draft, ver = onehot([0, 0, 0, 1, 2, 3, 4, 1, 2]), onehot([4, 4, 4, 1, 2, 3, 4, 0, 2])
+    assert teacher_forced_tau(draft, ver, 3, shifted=True).item() == pytest.approx(((2 + 1) + (1 + 1)) / 2)
+    # full agreement gives ISD's maximum of N tokens per step (I-DLM Eq. 3 at p = 1), not N + 1
+    assert teacher_forced_tau(draft, draft, 3, shifted=True).item() == pytest.approx(3.0)
     # unshifted (NLD): the verifier's token for position i is the AR argmax at i - 1
     draft, ver = onehot([0, 0, 3, 4, 1, 1]), onehot([0, 3, 4, 0, 0, 0])
     assert teacher_forced_tau(draft, ver, 2, shifted=False).item() == pytest.approx(((2 + 1) + (0 + 1)) / 2)

@@ -72,6 +72,9 @@ def test_tpf_matches_eq3_on_the_measured_acceptance(stride):
     tpf = sum(len(t) for t in r.tokens) / sum(r.forwards)
     acc = [a if not math.isnan(a) else 0.85 for a in r.slot_acceptance]
     assert all(abs(a - 0.85) < 0.05 for a in acc)
+    # the pooled rate is accepted over verified proposals across the slots, not the mean of the slots' rates
+    assert r.acceptance_rate == pytest.approx(sum(r.slot_accepted) / sum(r.slot_verified))
+    assert sum(r.slot_verified) > 0 and abs(r.acceptance_rate - 0.85) < 0.03
     # the first propose-only step and the truncated last step cost a little: within 3 %
     assert tpf == pytest.approx(isd_tpf(acc), rel=0.03)
 
@@ -92,6 +95,17 @@ def test_sampling_keeps_the_anchor_distribution():
     expected = p * n_rows
     chi2 = float((((counts - expected) ** 2) / expected.clamp_min(1e-9))[:5].sum())
     assert counts[5] == 0 and chi2 < 20.5                      # 4 degrees of freedom: p < 0.0004 beyond
+
+
+def test_relaxed_acceptance_raises_the_acceptance_rate_and_needs_sampling():
+    """I-DLM §4.3 (Table 4): τ > 0 multiplies the acceptance ratio by 1 + τ, so more proposals pass at T = 1;
+    at T = 0 the anchors are one-hot and τ is refused."""
+    m = SyntheticStrided(0.7, vocab=6, margin=1.0, seed=3)
+    rates = [isd_decode(m, [[1, 2]] * 64, 32, stride=4, temperature=1.0, seed=1, relax=t).acceptance_rate
+             for t in (0.0, 1.0)]
+    assert rates[1] > rates[0] + 0.1
+    with pytest.raises(DecodeError, match="temperature > 0"):
+        isd_decode(m, [[1, 2]], 8, stride=4, relax=0.5)
 
 
 def test_bad_input(micro_model, tmp_path):

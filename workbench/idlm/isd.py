@@ -62,8 +62,10 @@ class ISDSpeculator:
     """The steps of ISD at stride ``N`` (see the module docstring); plugs into
     :func:`~workbench.speculative.driver.run_speculation`."""
 
-    def __init__(self, model, stride: int, temperature: float, generator: torch.Generator, proposal: str = "argmax"):
+    def __init__(self, model, stride: int, temperature: float, generator: torch.Generator, proposal: str = "argmax",
+                 relax: float = 0.0):
         self.model, self.n, self.temperature, self.generator, self.proposal = model, stride, temperature, generator, proposal
+        self.relax = relax
         self.draft: torch.Tensor | None = None          # (rows, N − 1) pending proposals
         self.has: torch.Tensor | None = None            # (rows,) bool: the row has pending proposals
         self.q: torch.Tensor | None = None              # (rows, N − 1, V) their distributions (sampled proposals)
@@ -113,7 +115,7 @@ class ISDSpeculator:
         else:
             p = torch.softmax(anchors / self.temperature, dim=-1)
             q = self.q if self.q is not None else torch.nn.functional.one_hot(self.draft, p.shape[-1]).float()
-            res = speculative_accept(self.draft, q, p, self.generator)
+            res = speculative_accept(self.draft, q, p, self.generator, self.relax)
         # NP rows: the exact token from the anchor at x
         if self.temperature <= 0:
             exact = anchors[:, 0].argmax(-1)
@@ -129,6 +131,8 @@ class ISDSpeculator:
         anchor_at = torch.where(p_rows, accepted, torch.zeros_like(accepted))
         rows_i = torch.arange(rows, device=dev)
         next_q = token_probs(anchors[rows_i, anchor_at][:, None], next_token[:, None], self.temperature)[:, 0]
+        if res.next_prob is not None:                   # a resampled correction came from norm(max(0, p − q))
+            next_q = torch.where(p_rows, res.next_prob, next_q)
         self.last_probs = emitted_probs(self.draft_q if self.draft_q is not None else
                                         torch.ones_like(self.draft, dtype=torch.float32), accepted, next_q)
         d_p, q_p = self._propose(logits[:, n: 2 * n - 1])
@@ -162,25 +166,32 @@ class ISDSpeculator:
 
 def isd_decode(model, prompts: list[list[int]], gen_len: int, stride: int = 4, temperature: float = 0.0,
                proposal: str = "argmax", precision: str = "fp32", seed: int = 0, pad_id: int = 0,
-               real_continuation: list[list[int]] | None = None, block_length: int | None = None) -> DecodeResult:
+               real_continuation: list[list[int]] | None = None, block_length: int | None = None,
+               relax: float = 0.0) -> DecodeResult:
     """ISD at stride ``N`` (I-DLM Algorithm 1; see the module docstring), batched over prompts of any lengths.
 
     Args:
         model: a :class:`~workbench.model.trimode.TriModeLM` with a mask token, trained with
             ``objective: idlm`` (full, or a gated LoRA: then lossless R-ISD against the base).
         prompts: N prompts of token ids. gen_len: tokens emitted per prompt (the last step is truncated).
-        stride: N ≥ 2: ``N − 1`` mask slots per step, up to ``N`` tokens per forward (+ the bonus when all pass).
+        stride: N ≥ 2: ``N − 1`` mask slots per step, up to ``N`` tokens per forward (the ``N − 1`` proposals and
+            the anchor's token: the bonus when all pass).
         temperature: 0 → greedy (output = AR greedy of the anchors' model); > 0 → speculative sampling.
         proposal: ``"argmax"`` (the paper's engine) or ``"sample"`` (temperature > 0 only).
+        relax: relaxed acceptance τ ≥ 0 (I-DLM §4.3, Table 4): the acceptance ratio is multiplied by ``1 + τ``;
+            0 is the exact rule, τ > 0 trades the lossless guarantee for TPF. Temperature > 0 only (at 0 the
+            anchors are one-hot and the ratio is 0 or 1).
         precision, seed, pad_id, real_continuation, block_length: as
             :func:`~workbench.speculative.linear.linear_self_speculation`.
 
     Returns a :class:`~workbench.decoding.base.DecodeResult`: ``forwards`` = ISD steps (one forward of
     ``2N − 1`` tokens each), no extra forwards, ``committed_per_step`` = tokens emitted per step; plus the
-    attribute ``slot_acceptance`` (measured acceptance per proposal slot, for Eq. 3).
+    attributes ``slot_acceptance`` (measured acceptance per proposal slot ``p_k``, for Eq. 3),
+    ``slot_verified`` and ``slot_accepted`` (the counts behind it) and ``acceptance_rate`` (accepted over verified
+    proposals pooled over the slots: the single per-token ``p`` of I-DLM §3.2, "p ≥ 0.85").
 
     Raises :class:`~workbench.decoding.base.DecodeError` for ``stride < 2``, a negative temperature, an unknown
-    proposal rule or lengths beyond the model context; :class:`~workbench.tokenizer.TokenizerError` for a model
+    proposal rule, a negative ``relax`` or one at temperature 0, or lengths beyond the model context; :class:`~workbench.tokenizer.TokenizerError` for a model
     without a mask token (``--add_mask_token``).
     """
     if stride < 2:
@@ -189,10 +200,15 @@ def isd_decode(model, prompts: list[list[int]], gen_len: int, stride: int = 4, t
         raise DecodeError(f"temperature must be ≥ 0, got {temperature}")
     if proposal not in ("argmax", "sample"):
         raise DecodeError(f"unknown proposal rule {proposal!r}; valid: argmax, sample")
+    if relax < 0 or (relax > 0 and temperature <= 0):
+        raise DecodeError(f"the relaxed acceptance τ must be ≥ 0 and needs temperature > 0; got τ = {relax} at "
+                          f"temperature {temperature}")
     model.mask_token_id                                       # noqa: B018 - raises TokenizerError without one
     gen = torch.Generator(device=model.device).manual_seed(seed)
-    spec = ISDSpeculator(model, stride, temperature, gen, proposal)
+    spec = ISDSpeculator(model, stride, temperature, gen, proposal, relax)
     res = run_speculation(model, spec, prompts, gen_len, 2 * stride - 1, real_continuation, block_length, pad_id,
                           precision)
     res.slot_acceptance = spec.acceptance()
+    res.slot_verified, res.slot_accepted = list(spec.verified), list(spec.accepted)
+    res.acceptance_rate = sum(spec.accepted) / sum(spec.verified) if sum(spec.verified) else float("nan")
     return res

@@ -29,10 +29,14 @@ class AcceptResult:
         accepted: ``(N,)`` long, number of draft tokens accepted (0..k).
         next_token: ``(N,)`` long, the verifier's token emitted after the accepted prefix (correction at
             the first rejection, or the bonus token when all ``k`` were accepted).
+        next_prob: ``(N,)`` float or ``None`` (greedy): the probability of ``next_token`` under the
+            distribution it was drawn from, ``norm(max(0, p − q))`` after a rejection and ``p`` for the bonus
+            token: ``q_k(x_k)`` of the introspective acceptance rate (I-DLM §2).
     """
 
     accepted: torch.Tensor
     next_token: torch.Tensor
+    next_prob: torch.Tensor | None = None
 
     def emitted(self, draft: torch.Tensor) -> list[list[int]]:
         """Tokens emitted per row: ``draft[i, :accepted[i]] + [next_token[i]]`` (length ``accepted + 1``)."""
@@ -77,21 +81,26 @@ def greedy_accept(draft: torch.Tensor, verifier_logits: torch.Tensor) -> AcceptR
 
 
 def speculative_accept(draft: torch.Tensor, draft_probs: torch.Tensor, verifier_probs: torch.Tensor,
-                       generator: torch.Generator | None = None) -> AcceptResult:
-    """Speculative-sampling verification (DEER Eq. 5–6).
+                       generator: torch.Generator | None = None, relax: float = 0.0) -> AcceptResult:
+    """Speculative-sampling verification (DEER Eq. 5–6): accept ``d_j`` with probability ``min(1, p_j/q_j)``.
 
     Args:
         draft: ``(N, k)`` draft ids, each sampled from ``draft_probs``.
         draft_probs: ``(N, k, V)`` drafter distributions ``q_j`` (already at the sampling temperature).
         verifier_probs: ``(N, k + 1, V)`` verifier distributions ``p_j`` (same temperature).
         generator: optional RNG for the uniform draws and the resampling.
+        relax: I-DLM §4.3's relaxed acceptance τ ≥ 0: the ratio is multiplied by ``1 + τ``, i.e. accept with
+            probability ``min(1, (1 + τ) p_j/q_j)``. 0 (the default) is the exact rule; τ > 0 is lossy.
 
     Returns:
-        :class:`AcceptResult`. Every emitted token is distributed as a draw from ``p`` given the prefix.
+        :class:`AcceptResult`. With ``relax = 0`` every emitted token is distributed as a draw from ``p``
+        given the prefix.
 
     Raises:
-        ValueError: on shape mismatch.
+        ValueError: on shape mismatch or a negative ``relax``.
     """
+    if relax < 0:
+        raise ValueError(f"the relaxed acceptance τ must be ≥ 0, got {relax}")
     _check(draft, verifier_probs)
     if draft_probs.shape != verifier_probs[:, :-1].shape:
         raise ValueError(f"draft_probs must be (N, k, V) = {tuple(verifier_probs[:, :-1].shape)}; "
@@ -102,8 +111,8 @@ def speculative_accept(draft: torch.Tensor, draft_probs: torch.Tensor, verifier_
     p_d = p[:, :-1].gather(2, draft[..., None]).squeeze(2)         # (N, k)
     q_d = q.gather(2, draft[..., None]).squeeze(2)
     u = torch.rand(n, k, generator=generator, device=draft.device)
-    # accept iff u < p/q, i.e. u * q < p (no division; q_d > 0 since d was drawn from q).
-    accepted = accepted_prefix_length(u * q_d < p_d)                         # (N,)
+    # accept iff u < (1 + τ) p/q, i.e. u * q < (1 + τ) p (no division; q_d > 0 since d was drawn from q).
+    accepted = accepted_prefix_length(u * q_d < (1.0 + relax) * p_d)          # (N,)
     rows = torch.arange(n, device=draft.device)
     p_next = p[rows, accepted]                                     # (N, V)
     q_next = torch.cat([q, torch.zeros_like(q[:, :1])], dim=1)[rows, accepted]   # zeros at the bonus slot
@@ -111,5 +120,6 @@ def speculative_accept(draft: torch.Tensor, draft_probs: torch.Tensor, verifier_
     # p == q makes the residual vanish; rejection then has probability 0, so any fallback is unbiased.
     empty = residual.sum(dim=-1, keepdim=True) <= 0
     residual = torch.where(empty, p_next, residual)
-    next_token = torch.multinomial(residual / residual.sum(dim=-1, keepdim=True), 1, generator=generator).squeeze(1)
-    return AcceptResult(accepted, next_token)
+    residual = residual / residual.sum(dim=-1, keepdim=True)
+    next_token = torch.multinomial(residual, 1, generator=generator).squeeze(1)
+    return AcceptResult(accepted, next_token, residual.gather(1, next_token[:, None]).squeeze(1))

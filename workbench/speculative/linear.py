@@ -93,9 +93,9 @@ class LinearSpeculator:
         tally.count(active, extra=True)
         res = verify(draft, q, ver, self.temperature, self.generator)
         rows = torch.arange(draft.shape[0], device=draft.device)
-        self.last_probs = emitted_probs(token_probs(z, draft, self.temperature), res.accepted,
-                                        token_probs(ver[rows, res.accepted][:, None], res.next_token[:, None],
-                                                    self.temperature)[:, 0])
+        next_q = res.next_prob if res.next_prob is not None else token_probs(
+            ver[rows, res.accepted][:, None], res.next_token[:, None], self.temperature)[:, 0]
+        self.last_probs = emitted_probs(token_probs(z, draft, self.temperature), res.accepted, next_q)
         # keep x_{n+1} (when the verify forward appended it) and d_1..d_a: slot j holds d_j, slot 0 x_{n+1}
         slots = torch.arange(k + 1 - appended, k + 1, device=draft.device)[None, :]
         ctx.commit(slots <= res.accepted[:, None], res.next_token, active)

@@ -396,7 +396,7 @@ class TriModeLMModule(pl.LightningModule):
         """Decode the held-out prompts with the objective's self-speculative decoder, greedy, at draft length /
         stride ``val_draft_length``, and log ``val/tau``: tokens per cycle (bonus token counted). NLD: linear
         self-speculation (two forwards per cycle); I-DLM: ISD (one forward per step, so ``val/tau`` is its TPF),
-        plus ``val/isd_accept``, the proposal acceptance rate over every verified slot (Algorithm 1)."""
+        plus ``val/isd_accept``, accepted over verified proposals pooled over the slots (Algorithm 1)."""
         if not self.val_prompts:
             return
         precision = "bf16" if "bf16" in str(self.cfg.precision) else "fp32"
@@ -405,9 +405,8 @@ class TriModeLMModule(pl.LightningModule):
             from ..idlm.isd import isd_decode
 
             res = isd_decode(self.model, prompts, self.cfg.val_gen_len, self.cfg.val_draft_length, precision=precision)
-            acc = [a for a in res.slot_acceptance if a == a]
-            if acc:
-                self.log("val/isd_accept", sum(acc) / len(acc), batch_size=len(prompts))
+            if res.acceptance_rate == res.acceptance_rate:           # pooled over slots; NaN: none verified
+                self.log("val/isd_accept", res.acceptance_rate, batch_size=len(prompts))
         else:
             from ..speculative.linear import linear_self_speculation
 
@@ -434,7 +433,10 @@ def teacher_forced_tau(draft_logits: torch.Tensor, ar_logits: torch.Tensor, bloc
     targets: ``shifted=False`` (NLD, diffusion logits at ``i`` predict token ``i``, AR logits at ``i − 1``) or
     ``shifted=True`` (I-DLM, both predict token ``i + 1``). Greedy verification accepts the longest agreeing
     prefix ``a`` of the block; the estimate is the mean of ``a + 1`` (bonus token counted) over blocks, with
-    the first block (no clean context) skipped. Returns a scalar tensor (tokens per cycle).
+    the first block (no clean context) skipped. Returns a scalar tensor (tokens per cycle), at most
+    ``block_length``: with ``shifted=True`` only the block's first ``block_length − 1`` predictions are drafts,
+    as ISD at stride ``N = block_length`` proposes ``N − 1`` tokens (I-DLM Alg. 1: "N − 1 masks produce N
+    tokens"), so the estimate compares with ``val/tau`` at ``val_draft_length = val_block_length``.
     """
     draft = draft_logits.argmax(-1)
     ver = ar_logits.argmax(-1)
@@ -443,6 +445,8 @@ def teacher_forced_tau(draft_logits: torch.Tensor, ar_logits: torch.Tensor, bloc
     n, length = draft.shape
     blocks = length // block_length
     agree = (draft[:, : blocks * block_length] == ver[:, : blocks * block_length]).view(n, blocks, block_length)
+    if shifted:
+        agree = agree[..., : block_length - 1]
     accepted = accepted_prefix_length(agree)[:, 1:]                      # (N, blocks - 1)
     return (accepted.float() + 1).mean()
 
