@@ -10,7 +10,10 @@ Token losses ``ℓ_{n,i}`` are averaged in one of two ways (NLD §2.1):
 ``L_n`` is the number of *loss-contributing* tokens of sequence ``n`` (valid next-token targets for
 the AR term, masked positions for the diffusion term). With a literal constant ``L`` both equations
 would coincide identically; the paper's point (§2.1) is that they differ because the number of noisy
-tokens varies with ``t``, so ``L_n`` counts contributing tokens.
+tokens varies with ``t``, so ``L_n`` counts contributing tokens. A consequence for α (Eq. 3): with the 1/t
+weight, the masked positions' Σ 1/t is about the number of positions, so the diffusion term here is about twice
+what a literal ``N·L`` normaliser gives (the masked share averages 1/2 for t ~ U(0, 1)); α = 0.3 here weighs
+diffusion as α ≈ 0.6 would in those units.
 """
 from __future__ import annotations
 
