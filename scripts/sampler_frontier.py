@@ -22,6 +22,7 @@ from workbench.evaluation.prompts import make_prompts
 from workbench.model.load import load_model
 from workbench.sampler.policy import SAMPLER_FALLBACKS
 from workbench.sampler.train import SamplerTrainConfig
+from workbench.trajectories.store import store_block_length
 
 
 def main() -> None:
@@ -32,7 +33,8 @@ def main() -> None:
                          "policy's, NLD App. A)")
     ap.add_argument("--model", required=True, help="the model the store was collected from")
     ap.add_argument("--out_dir", required=True)
-    ap.add_argument("--block_length", type=int, default=8)
+    ap.add_argument("--block_length", type=int, default=None,
+                    help="block length B of the store's rows (default: the one the store holds; NLD Fig. 8: 32)")
     ap.add_argument("--preset", default="default", help="sampler preset ('default': NLD App. A, d = 384)")
     ap.add_argument("--max_epochs", type=int, default=4)
     ap.add_argument("--max_steps", type=int, default=-1,
@@ -47,6 +49,7 @@ def main() -> None:
                     help="the sampler rule's one position when none reaches τ: the model's most confident "
                          "(serial decoding's choice) or the sampler's top one (the ablation)")
     args = ap.parse_args()
+    args.block_length = store_block_length(args.store, args.block_length)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
 

@@ -32,7 +32,7 @@ from workbench.sampler.module import auc
 from workbench.sampler.network import load_sampler
 from workbench.sampler.ranking import commits_at_error_rate, oracle_commits, safe_prefix, threshold_commits
 from workbench.trajectories.features import STAT_NAMES
-from workbench.trajectories.store import StoreReader
+from workbench.trajectories.store import StoreReader, store_block_length
 
 
 def main() -> None:
@@ -40,7 +40,8 @@ def main() -> None:
     ap.add_argument("--store", required=True)
     ap.add_argument("--samplers", nargs="*", default=[],
                     help="sampler directories (`workbench train sampler`); none: the top-1 probability alone")
-    ap.add_argument("--block_length", type=int, default=8)
+    ap.add_argument("--block_length", type=int, default=None,
+                    help="block length B of the store's rows (default: the one the store holds; NLD Fig. 8: 32)")
     ap.add_argument("--val_fraction", type=float, default=0.1, help="the held-out prompts (as training holds out)")
     ap.add_argument("--split_by", default="prompt", choices=["prompt", "document"],
                     help="held-out unit, as the samplers were trained (`train sampler --split_by`)")
@@ -49,6 +50,7 @@ def main() -> None:
     ap.add_argument("--n_thresholds", type=int, default=200, help="thresholds per score: quantiles of its values")
     ap.add_argument("--bootstrap", type=int, default=1000, help="prompt resamples for the ratios' intervals (0: none)")
     args = ap.parse_args()
+    args.block_length = store_block_length(args.store, args.block_length)
     nets = {s: load_sampler(s)[0].eval() for s in args.samplers}
     spec = StoreReader(args.store, args.block_length).attrs["feature_spec"]
     dm = SamplerDataModule(args.store, args.block_length, batch_size=1024, feature_dim=spec["feature_dim"],

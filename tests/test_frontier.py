@@ -44,3 +44,13 @@ def test_area_is_exact_and_does_not_depend_on_a_grid():
     g = pd.DataFrame({"tpf": [1.0, 1.5, 2.0, 3.0], "accuracy": [1.0, 0.75, 0.5, 0.5]})
     assert area_under_front(g, 1.0, 4.0) == pytest.approx(area_under_front(f, 1.0, 4.0), abs=1e-12)
     assert area_under_front(f, 1.3, 2.7) == pytest.approx(((0.85 + 0.5) / 2 * 0.7 + 0.5 * 0.7) / 1.4, abs=1e-12)
+
+
+def test_areas_compare_over_the_range_both_fronts_reach():
+    """A front that adds one fast, inaccurate setting is not rewarded for it: over [1, 2], the range both reach,
+    the two areas are equal (over [1, 3] the shorter front would score 0 past TPF 2)."""
+    conf = _pts([(1.0, 1.0), (2.0, 0.8)])
+    samp = _pts([(1.0, 1.0), (2.0, 0.8), (3.0, 0.05)])
+    c = compare_frontiers(conf, samp)
+    assert c["area_range"] == [1.0, 2.0]
+    assert c["area_sampler"] == pytest.approx(c["area_confidence"]) == pytest.approx(0.9)

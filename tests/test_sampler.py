@@ -357,6 +357,12 @@ def test_threshold_commits_hand_values():
     # another fallback score picks the forced commit: by the label, it is always right
     _, err = threshold_commits(scores, labels, masked, [0.95], fallback=labels.float())
     assert err.tolist() == [[0, 0, 0]]
+    # the fallback commits only where no position passes, as the sampler decoder does: with sampler scores
+    # (0.1, 0.9, 0.2) and top-1 probabilities (0.95, 0.3, 0.2), τ = 0.5 commits position 1 alone
+    one = torch.ones(1, 3, dtype=torch.bool)
+    c, _ = threshold_commits(torch.tensor([[0.1, 0.9, 0.2]]), one, one, [0.5, 0.95],
+                             fallback=torch.tensor([[0.95, 0.3, 0.2]]))
+    assert c.tolist() == [[1], [1]]
     # a state with nothing masked commits nothing, whatever the threshold
     c, _ = threshold_commits(scores[:1], labels[:1], torch.zeros(1, 4, dtype=torch.bool), [0.0])
     assert c.tolist() == [[0]]
@@ -376,6 +382,19 @@ def test_threshold_commits_hand_values():
         commits_at_error_rate(commits[:, rep], errors[:, rep], levels)
     with pytest.raises(ValueError, match="non-negative"):
         commits_at_error_rate(commits, errors, [0.5], weights=torch.tensor([1.0, -1.0, 1.0]))
+
+
+def test_scripts_take_the_block_length_the_store_holds(store, tmp_path):
+    """The scripts' --block_length defaults to the store's one block length; a store of several needs it named."""
+    from workbench.trajectories.store import StoreError, store_block_length
+
+    assert store_block_length(store) == 8 and store_block_length(store, 32) == 32
+    two = tmp_path / "two.zarr"
+    create_store(two, {"model_fingerprint": "m1", "tokenizer_hash": "t1", "policy": "serial",
+                       "feature_spec": feature_spec(144), "categories": ["code"]}, [8, 32],
+                 token_pca=np.zeros((V, 44)))
+    with pytest.raises(StoreError, match=r"holds block lengths \[8, 32\]: pass --block_length"):
+        store_block_length(two)
 
 
 def test_sampler_store_auc_script_reports_ranking(store, tmp_path, monkeypatch, capsys):

@@ -61,10 +61,17 @@ def area_under_front(front: pd.DataFrame, lo: float, hi: float, y: str = "accura
     return float(area / (hi - lo))
 
 
+def common_tpf_range(a: pd.DataFrame, b: pd.DataFrame) -> tuple[float, float]:
+    """``(1.0, hi)``: the TPF range both fronts reach, ``hi`` the smaller of their largest TPFs. Areas compared
+    over it reward a higher curve, not a longer one: over the union range a front would score 0 accuracy past
+    its last point, so a single fast, inaccurate setting could raise its area (NaN area when ``hi ≤ 1``)."""
+    return 1.0, float(min(a["tpf"].max(), b["tpf"].max()))
+
+
 def compare_frontiers(conf: pd.DataFrame, samp: pd.DataFrame, y: str = "accuracy") -> dict:
     """Sampler vs confidence: TPF ratio at matched accuracy (at every confidence point inside the
-    sampler's accuracy range), accuracy difference at matched TPF, areas under both fronts over the
-    common TPF range [1, max TPF of either]."""
+    sampler's accuracy range), accuracy difference at matched TPF, areas under both fronts over the TPF range
+    both reach, [1, the smaller of their largest TPFs] (:func:`common_tpf_range`)."""
     fc, fs = pareto_front(conf, y=y), pareto_front(samp, y=y)
     matched = []
     for _, r in fc.iterrows():
@@ -76,12 +83,12 @@ def compare_frontiers(conf: pd.DataFrame, samp: pd.DataFrame, y: str = "accuracy
     for _, r in fc.iterrows():
         a_s = accuracy_at_tpf(fs, r["tpf"], y)
         at_tpf.append({"tpf": float(r["tpf"]), "accuracy_confidence": float(r[y]), "accuracy_sampler": a_s})
-    hi = float(max(fc["tpf"].max(), fs["tpf"].max()))
+    lo, hi = common_tpf_range(fc, fs)
     ratios = [m["tpf_ratio"] for m in matched if not np.isnan(m["tpf_ratio"])]
     return {"matched_accuracy": matched, "matched_tpf": at_tpf,
             "median_tpf_ratio": float(np.median(ratios)) if ratios else float("nan"),
-            "area_confidence": area_under_front(fc, 1.0, hi, y), "area_sampler": area_under_front(fs, 1.0, hi, y),
-            "area_range": [1.0, hi]}
+            "area_confidence": area_under_front(fc, lo, hi, y), "area_sampler": area_under_front(fs, lo, hi, y),
+            "area_range": [lo, hi]}
 
 
 def plot_frontiers(conf: pd.DataFrame, samp: pd.DataFrame, path, y: str = "accuracy", title: str = "") -> None:

@@ -2,10 +2,13 @@
 → the sampler → commit every masked position whose sampler probability ≥ threshold, and at least one.
 
 That one (the *fallback*, when no position reaches the threshold) is by default the model's most confident masked
-position, the position serial decoding (confidence, k = 1) commits. The sampler's label is agreement with that
-serial decode (NLD §3.2: "the token that will eventually be committed at this position when decoding only the
-highest-confidence token at each step"), so with this fallback a threshold above every sampler probability decodes
-exactly the serial target. ``fallback="sampler"`` commits the sampler's own top position instead (the workbench's
+position, the position serial decoding (confidence, k = 1) commits. The sampler's label is agreement with the
+token the collection policy finally commits there (NLD App. A, "under the same policy"); for a store collected
+with serial decoding, the workbench's default and every shipped sampler's, that is the serial decode (NLD §3.2:
+"the token that will eventually be committed at this position when decoding only the highest-confidence token at
+each step"), so with this fallback a threshold above every sampler probability decodes exactly the serial target.
+(Rows from a hybrid store, ``--extra_stores``, are labelled against the hybrid policy's commits, which lean towards
+the ground truth.) ``fallback="sampler"`` commits the sampler's own top position instead (the workbench's
 earlier rule, kept for the ablation): its trajectory leaves serial order even at a threshold near 1.
 
 The features come from :func:`workbench.trajectories.features.block_features` applied to

@@ -68,9 +68,10 @@ def threshold_commits(scores: torch.Tensor, labels: torch.Tensor, masked: torch.
 
     Unlike :func:`safe_prefix`, whose per-state count assumes the best threshold for each state, one threshold
     serves all states, so this also measures how comparable ``scores`` are *across* states (calibration). At each
-    threshold τ a state commits its masked positions with ``score ≥ τ`` and, as the decoders do, at least one: the
-    masked position ranked first by ``fallback`` (default ``scores``; the sampler policy's default fallback is the
-    top-1 probability, :mod:`workbench.sampler.policy`).
+    threshold τ a state commits its masked positions with ``score ≥ τ``, and, as the decoders do, when none passes,
+    one: the masked position ranked first by ``fallback`` (default ``scores``; the sampler policy's default
+    fallback is the top-1 probability, :mod:`workbench.sampler.policy`). The fallback adds nothing to a state where
+    some position passes (for confidence, whose fallback is its own score, the two readings agree).
 
     Args:
         scores: ``(N, B)`` float, any monotone score (probability, logit).
@@ -93,7 +94,8 @@ def threshold_commits(scores: torch.Tensor, labels: torch.Tensor, masked: torch.
     m, wrong = masked.bool(), ~labels.bool()
     forced = most_confident(fb.float(), m)                                           # (N, B) one per live state
     tau = torch.as_tensor(thresholds, dtype=torch.float32).view(-1, 1, 1)            # (T, 1, 1)
-    commit = ((scores.float().unsqueeze(0) >= tau) & m) | forced                     # (T, N, B)
+    passed = (scores.float().unsqueeze(0) >= tau) & m                                # (T, N, B)
+    commit = torch.where(passed.any(dim=2, keepdim=True), passed, forced)           # the fallback only where none
     return commit.sum(dim=2), (commit & wrong).sum(dim=2)
 
 

@@ -554,6 +554,18 @@ def _shards(root: zarr.Group, B: int, path) -> list[tuple[str, zarr.Group, dict]
     return [(n, group[n], group[n].attrs.get("commit")) for n in names]  # commit None: creation interrupted
 
 
+def store_block_length(path, block_length: int | None = None) -> int:
+    """``block_length`` when given, else the one block length store ``path`` holds (for scripts whose
+    ``--block_length`` defaults to the store's). Raises :class:`StoreError` for a missing store, or one holding
+    several block lengths (name one) or none."""
+    if block_length is not None:
+        return int(block_length)
+    have = _block_lengths(open_store(path))
+    if len(have) != 1:
+        raise StoreError(f"store {path} holds block lengths {have}: pass --block_length with one of them")
+    return have[0]
+
+
 def committed_items(path, B: int) -> dict[str, set[int]]:
     """Work-item ids each shard group of block length ``B`` has committed: ``{"shard-000": {ids}, ...}`` (a shard
     whose creation was interrupted has none). Raises StoreError for a missing store or block length."""

@@ -62,7 +62,7 @@ def frontier_stage(model, tok, prompts, ecfg: EvalConfig, sampler_path: str, blo
     the MLP-only ablation is decoded on the same prompts and thresholds and scored as NLD App. A does: by the
     area under its accuracy–TPF frontier against the attention sampler's (same TPF range). ``fallback`` is the
     sampler rule's one-position fallback (:data:`~workbench.sampler.policy.SAMPLER_FALLBACKS`)."""
-    from ...evaluation.frontier import area_under_front, pareto_front
+    from ...evaluation.frontier import area_under_front, common_tpf_range, pareto_front
     from ...sampler.policy import LoadedSampler
 
     sampler = LoadedSampler.load(sampler_path, model.device)
@@ -93,10 +93,10 @@ def frontier_stage(model, tok, prompts, ecfg: EvalConfig, sampler_path: str, blo
         for acc in ("agree_serial", "token_acc"):
             fa = pareto_front(s[s["policy"] == "sampler"].rename(columns={acc: "accuracy"}))
             fm = pareto_front(sm[sm["policy"] == "sampler"].rename(columns={acc: "accuracy"}))
-            hi = float(max(fa["tpf"].max(), fm["tpf"].max()))
-            out[acc]["area_attention"] = area_under_front(fa, 1.0, hi)
-            out[acc]["area_mlp"] = area_under_front(fm, 1.0, hi)
-            out[acc]["area_mlp_range"] = [1.0, hi]
+            lo, hi = common_tpf_range(fa, fm)
+            out[acc]["area_attention"] = area_under_front(fa, lo, hi)
+            out[acc]["area_mlp"] = area_under_front(fm, lo, hi)
+            out[acc]["area_mlp_range"] = [lo, hi]
     samp = df[df["policy"] == "sampler"]
     out["sampler_s_per_step"] = float(samp["sampler_s_per_step"].mean())
     out["forward_s_per_step"] = float(samp["forward_s_per_step"].mean())
