@@ -291,6 +291,14 @@ def test_idlm_loss_hand_value_and_detached_ratio():
     g_mask = torch.autograd.grad(idlm_loss(mask_logits, clean_logits, ids)[1], mask_logits)[0]
     assert torch.allclose(clean_logits.grad, (lm / lc) * g_clean, atol=1e-6)
     assert torch.allclose(mask_logits.grad, g_mask, atol=1e-6)
+    # App. H.1's fixed scale: L = L_mask + 0.2 L_clean, gradient 0.2 dL_clean
+    clean_logits.grad = None
+    fixed, _, _ = idlm_loss(mask_logits, clean_logits, ids, clean_scale=0.2)
+    assert fixed.item() == pytest.approx(lm + 0.2 * lc)
+    fixed.backward()
+    assert torch.allclose(clean_logits.grad, 0.2 * g_clean, atol=1e-6)
+    with pytest.raises(ValueError, match="≥ 0"):
+        idlm_loss(mask_logits, clean_logits, ids, clean_scale=-1.0)
 
 
 def test_teacher_forced_tau_hand_case():

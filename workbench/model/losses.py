@@ -90,9 +90,11 @@ def joint_loss(ar: torch.Tensor, diff: torch.Tensor, alpha: float) -> torch.Tens
 
 
 def idlm_loss(mask_logits: torch.Tensor, clean_logits: torch.Tensor, input_ids: torch.Tensor,
-              valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              valid: torch.Tensor | None = None, clean_scale: float | None = None,
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """I-DLM's auto-balanced loss (I-DLM §3.1, Eq. 1–2): ``L = L_mask + ŝ · L_clean``, ``ŝ = L_mask / L_clean``
-    treated as a constant (detached, no gradient).
+    treated as a constant (detached, no gradient); or, with ``clean_scale``, the fixed scale App. H.1 uses in
+    the first stride expansions ("a fixed low scale of 0.2 for the cross-entropy loss on clean tokens").
 
     Both halves are logit-shifted: position ``i`` of either stream predicts token ``i + 1`` (Eq. 1), so each
     term is :func:`ar_loss` of its logits (global averaging over the non-padding targets).
@@ -104,10 +106,14 @@ def idlm_loss(mask_logits: torch.Tensor, clean_logits: torch.Tensor, input_ids: 
             value is ``2 · L_mask``, the gradient that of ``L_mask``).
         input_ids: ``(N, L)`` the clean sequence (targets).
         valid: optional ``(N, L)`` bool, False at padding.
+        clean_scale: ``None`` (Eq. 2's ŝ) or a fixed non-negative scale of ``L_clean``.
 
-    Returns ``(loss, L_mask, L_clean)`` as scalar tensors (nats per token).
+    Returns ``(loss, L_mask, L_clean)`` as scalar tensors (nats per token). Raises ``ValueError`` for a negative
+    ``clean_scale``.
     """
+    if clean_scale is not None and clean_scale < 0:
+        raise ValueError(f"clean_scale must be ≥ 0 (or None for Eq. 2's auto-balance), got {clean_scale}")
     l_mask = ar_loss(mask_logits, input_ids, valid)
     l_clean = ar_loss(clean_logits, input_ids, valid)
-    s_hat = (l_mask / l_clean.clamp_min(1e-8)).detach()
+    s_hat = (l_mask / l_clean.clamp_min(1e-8)).detach() if clean_scale is None else clean_scale
     return l_mask + s_hat * l_clean, l_mask, l_clean

@@ -133,6 +133,9 @@ class LMTrainConfig(DeviceConfig):
     objective: str = "nld"
     """'nld': joint AR + block-diffusion loss (NLD Eq. 1–5); 'idlm': I-DLM's all-masked, causal, logit-shifted
     loss with auto-balancing (I-DLM §3.1, Eq. 1–2; blocks = strides drawn from ``block_lengths``)."""
+    idlm_clean_scale: float | None = None
+    """I-DLM only: None balances the clean loss by Eq. 2's ŝ; a number fixes its scale (App. H.1: 0.2 in the
+    first stride expansions of full training). Under a gated LoRA the clean loss is a constant either way."""
     lora_rank: int = 0
     """> 0: convert ``init_from`` with a per-token gated LoRA of this rank (I-DLM App. G) instead of training
     every weight: the base stays frozen, noisy / mask positions add the LoRA residual, clean positions are
@@ -162,6 +165,9 @@ class LMTrainConfig(DeviceConfig):
             raise ValueError(f"unknown preset {self.preset!r}; valid: {', '.join(PRESETS)}")
         if self.averaging not in AVERAGING:
             raise ValueError(f"unknown loss averaging {self.averaging!r}; valid: {', '.join(AVERAGING)}")
+        if self.idlm_clean_scale is not None and self.idlm_clean_scale < 0:
+            raise ValueError(f"idlm_clean_scale must be ≥ 0 (or null for Eq. 2's auto-balance), got "
+                             f"{self.idlm_clean_scale}")
         if self.noise_per not in NOISE_PER:
             raise ValueError(f"unknown noise_per {self.noise_per!r}; valid: {', '.join(NOISE_PER)}")
         for b in [*self.block_lengths, self.val_block_length]:
@@ -295,7 +301,8 @@ class TriModeLMModule(pl.LightningModule):
         if self.cfg.objective == "idlm":
             noisy = torch.full_like(batch, self.model.mask_token_id)
             clean_logits, noisy_logits = self.model.noisy_stream_logits(batch, noisy, b, causal_in_block=True)
-            loss, l_mask, l_clean = idlm_loss(noisy_logits, clean_logits, batch)
+            loss, l_mask, l_clean = idlm_loss(noisy_logits, clean_logits, batch,
+                                                clean_scale=self.cfg.idlm_clean_scale)
             return loss, {"train/mask_loss": l_mask, "train/clean_loss": l_clean, "train/block_length": float(b)}
         rows = torch.arange(batch.shape[0]) if rows is None else rows
         noisy, masked, t, total = self.shard_noise(batch, rows, b, g)
@@ -320,7 +327,8 @@ class TriModeLMModule(pl.LightningModule):
             b = draw_block_length(self.cfg.block_lengths, g)
             clean_logits, noisy_logits = self.model.dual_stream_logits(
                 batch, torch.full_like(batch, self.model.mask_token_id), b, causal_in_block=True)
-            loss, l_mask, l_clean = idlm_loss(noisy_logits, clean_logits, batch)
+            loss, l_mask, l_clean = idlm_loss(noisy_logits, clean_logits, batch,
+                                                clean_scale=self.cfg.idlm_clean_scale)
             logs = {"train/mask_loss": l_mask, "train/clean_loss": l_clean, "train/block_length": float(b)}
         elif self.is_unlikelihood_step(step):
             loss, logs = unlikelihood_step(self.model, batch, self.cfg, step_generator(self.cfg.seed, step, 4),
