@@ -4,8 +4,8 @@ import math
 import pandas as pd
 import pytest
 
-from workbench.evaluation.frontier import (accuracy_at_tpf, area_under_front, compare_frontiers, pareto_front,
-                                           tpf_at_accuracy)
+from workbench.evaluation.frontier import (accuracy_at_tpf, area_under_front, common_tpf_range, compare_frontiers,
+                                           pareto_front, tpf_at_accuracy)
 
 
 def _pts(pairs):
@@ -54,3 +54,5 @@ def test_areas_compare_over_the_range_both_fronts_reach():
     c = compare_frontiers(conf, samp)
     assert c["area_range"] == [1.0, 2.0]
     assert c["area_sampler"] == pytest.approx(c["area_confidence"]) == pytest.approx(0.9)
+    # an empty front reaches no range, whichever side it is on
+    assert math.isnan(common_tpf_range(conf, samp.iloc[:0])[1]) and math.isnan(common_tpf_range(samp.iloc[:0], conf)[1])

@@ -299,6 +299,10 @@ def test_idlm_loss_hand_value_and_detached_ratio():
     assert torch.allclose(clean_logits.grad, 0.2 * g_clean, atol=1e-6)
     with pytest.raises(ValueError, match="≥ 0"):
         idlm_loss(mask_logits, clean_logits, ids, clean_scale=-1.0)
+    from workbench.train.lm import LMTrainConfig
+
+    with pytest.raises(ValueError, match="needs objective idlm"):
+        LMTrainConfig(idlm_clean_scale=0.2).validate()
 
 
 def test_teacher_forced_tau_hand_case():

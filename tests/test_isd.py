@@ -108,6 +108,20 @@ def test_relaxed_acceptance_raises_the_acceptance_rate_and_needs_sampling():
         isd_decode(m, [[1, 2]], 8, stride=4, relax=0.5)
 
 
+def test_a_resampled_correction_records_its_residual_probability():
+    """I-DLM §2's q_k(x_k) of a correction drawn after a rejection is its probability under norm(max(0, p − q)).
+    With argmax proposals (q = δ_d) and anchors softmax(e at the target, 1 elsewhere over 5 tokens), a correction
+    records p(x) / (1 − p(d)): e/(e+3) or 1/(e+3) after a wrong proposal, 1/4 after a right one (rejected with
+    probability 1 − p(d) at T = 1); bonus and exact tokens p(x): e/(e+4) or 1/(e+4); accepted proposals 1. The
+    anchors' p(x) alone, as recorded before, gives none of the three residual values."""
+    e = math.e
+    m = SyntheticStrided(0.5, vocab=6, margin=1.0, seed=3)
+    r = isd_decode(m, [[1, 2]] * 64, 24, stride=3, temperature=1.0, seed=5)
+    seen = {round(q, 4) for row in r.token_probs for q in row}
+    residual = {round(e / (e + 3), 4), round(1 / (e + 3), 4), 0.25}
+    assert seen <= {1.0, round(e / (e + 4), 4), round(1 / (e + 4), 4)} | residual and seen & residual
+
+
 def test_bad_input(micro_model, tmp_path):
     with pytest.raises(DecodeError, match="≥ 2"):
         isd_decode(micro_model, [[1, 2]], 8, stride=1)

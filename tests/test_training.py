@@ -125,3 +125,19 @@ def test_train_from_hf_checkpoint_without_mask_token(tmp_path, small_corpus):
     model, tok, _ = load_checkpoint(out)
     assert tok.mask_token_id == 257 == model.mask_token_id
     assert model.backbone.get_input_embeddings().num_embeddings == 258 == len(tok)
+
+
+def test_resume_refuses_another_noise_level_draw(tmp_path):
+    """A run keeps the noise draw it started with: one saved before --noise_per existed drew per block."""
+    from workbench.train.lm import check_resumed_noise
+
+    old = tmp_path / "config.yaml"
+    old.write_text("seq_len: 64\nalpha: 0.3\n")                       # no noise_per key: a per-block run
+    check_resumed_noise(old, "block")
+    with pytest.raises(ValueError, match="resume it with --noise_per block"):
+        check_resumed_noise(old, "sequence")
+    old.write_text("noise_per: sequence\n")
+    check_resumed_noise(old, "sequence")
+    with pytest.raises(ValueError, match="trained with noise_per 'sequence'"):
+        check_resumed_noise(old, "block")
+    check_resumed_noise(tmp_path / "missing.yaml", "sequence")         # nothing saved: nothing to check

@@ -3,8 +3,8 @@
 The validation split is chosen per prompt by ``crc32(prompt_id) % 100 < val_percent`` (``split_by='prompt'``)
 or per source file by ``crc32(path) % 100 < val_percent`` (``split_by='document'``: the teacher cuts each file
 into up to ``per_file`` prompts, and with the prompt split a validation prompt's siblings from the same file are
-trained on); training draws rows pseudo-randomly (row ``i`` of the stream is a pure function of ``(seed, i)``), so a resumed run continues
-the same stream.
+trained on); training draws rows pseudo-randomly (row ``i`` of the stream is a pure function of
+``(seed, i)``), so a resumed run continues the same stream.
 """
 from __future__ import annotations
 

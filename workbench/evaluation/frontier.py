@@ -65,6 +65,8 @@ def common_tpf_range(a: pd.DataFrame, b: pd.DataFrame) -> tuple[float, float]:
     """``(1.0, hi)``: the TPF range both fronts reach, ``hi`` the smaller of their largest TPFs. Areas compared
     over it reward a higher curve, not a longer one: over the union range a front would score 0 accuracy past
     its last point, so a single fast, inaccurate setting could raise its area (NaN area when ``hi ≤ 1``)."""
+    if len(a) == 0 or len(b) == 0:
+        return 1.0, float("nan")
     return 1.0, float(min(a["tpf"].max(), b["tpf"].max()))
 
 

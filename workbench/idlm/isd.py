@@ -127,7 +127,8 @@ class ISDSpeculator:
         full = p_rows & (accepted == n - 1)
         # proposals for the next step: P rows that accepted everything take masks N..2N−2 (after the bonus
         # token's slot); NP rows take masks 1..N−1 (after the exact token); everyone else has none
-        # q_k(x_k) of the emitted tokens (I-DLM §2): the proposals' own, and the anchors' for the rest
+        # q_k(x_k) of the emitted tokens (I-DLM §2): the proposals' own; a resampled correction's from the residual
+        # norm(max(0, p − q)) it was drawn from; the anchors' for the bonus and the exact token
         anchor_at = torch.where(p_rows, accepted, torch.zeros_like(accepted))
         rows_i = torch.arange(rows, device=dev)
         next_q = token_probs(anchors[rows_i, anchor_at][:, None], next_token[:, None], self.temperature)[:, 0]
@@ -191,8 +192,8 @@ def isd_decode(model, prompts: list[list[int]], gen_len: int, stride: int = 4, t
     proposals pooled over the slots: the single per-token ``p`` of I-DLM §3.2, "p ≥ 0.85").
 
     Raises :class:`~workbench.decoding.base.DecodeError` for ``stride < 2``, a negative temperature, an unknown
-    proposal rule, a negative ``relax`` or one at temperature 0, or lengths beyond the model context; :class:`~workbench.tokenizer.TokenizerError` for a model
-    without a mask token (``--add_mask_token``).
+    proposal rule, a negative ``relax`` or one at temperature 0, or lengths beyond the model context;
+    :class:`~workbench.tokenizer.TokenizerError` for a model without a mask token (``--add_mask_token``).
     """
     if stride < 2:
         raise DecodeError(f"the ISD stride N must be ≥ 2 (N − 1 mask slots per step), got {stride}")

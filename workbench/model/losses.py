@@ -13,7 +13,9 @@ would coincide identically; the paper's point (§2.1) is that they differ becaus
 tokens varies with ``t``, so ``L_n`` counts contributing tokens. A consequence for α (Eq. 3): with the 1/t
 weight, the masked positions' Σ 1/t is about the number of positions, so the diffusion term here is about twice
 what a literal ``N·L`` normaliser gives (the masked share averages 1/2 for t ~ U(0, 1)); α = 0.3 here weighs
-diffusion as α ≈ 0.6 would in those units.
+diffusion as α ≈ 0.6 would in those units. (This holds for Eq. 5; with Eq. 4 and one t per sequence, each
+sequence's term is its mean token loss times 1/t, so the scale is E[1/t] = ln(1/t_min) / (1 − t_min), about 6.9 at
+t_min = 1e-3, with a heavy tail.)
 """
 from __future__ import annotations
 
@@ -102,8 +104,8 @@ def idlm_loss(mask_logits: torch.Tensor, clean_logits: torch.Tensor, input_ids: 
     Args:
         mask_logits: ``(N, L, V)`` logits of the all-[MASK] noisy half ``x_t``.
         clean_logits: ``(N, L, V)`` logits of the clean half ``x_0``. Under a gated LoRA the clean half is the
-            frozen base: ``L_clean`` is then a constant with no gradient and only ``L_mask`` trains (the
-            value is ``2 · L_mask``, the gradient that of ``L_mask``).
+            frozen base: ``L_clean`` is then a constant with no gradient and only ``L_mask`` trains (with
+            Eq. 2's ŝ the value is ``2 · L_mask``; the gradient is that of ``L_mask`` either way).
         input_ids: ``(N, L)`` the clean sequence (targets).
         valid: optional ``(N, L)`` bool, False at padding.
         clean_scale: ``None`` (Eq. 2's ŝ) or a fixed non-negative scale of ``L_clean``.

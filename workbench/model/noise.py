@@ -9,8 +9,8 @@ of the same expectation; per block, the number of masked tokens per sequence var
 nearly coincide.
 
 NLD §2.3 (Tab. 1) also uses "DP-rank varying masking ratios" (another noise range per data-parallel rank). That is
-not implemented: ``t`` is drawn per block over the whole global batch, the same on one device or many, so a run
-on several devices reproduces the one-device run."""
+not implemented: ``t`` is drawn (per window or per block) over the whole global batch, the same on one device or
+many, so a run on several devices reproduces the one-device run."""
 from __future__ import annotations
 
 import torch

@@ -56,7 +56,11 @@ def token_probs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) 
 
 def emitted_probs(draft_q: torch.Tensor, accepted: torch.Tensor, next_q: torch.Tensor) -> list[list[float]]:
     """Per row ``q`` of the emitted tokens ``draft[:accepted] + [next]``: the draft's ``draft_q`` ``(N, k)`` for the
-    accepted drafts, the verifier's ``next_q`` ``(N,)`` for its own token."""
+    accepted drafts, ``next_q`` ``(N,)`` for the verifier's own token: the probability under the distribution it
+    was drawn from (the residual ``norm(max(0, p − q))`` for a sampled correction, ``AcceptResult.next_prob``; the
+    verifier's ``p`` for a bonus token or at temperature 0). I-DLM §2's ``q_k(x_k)``: an accepted draft counts
+    its drafter's probability, so a lossless decoder's α is below 1 by how far its drafts and corrections are
+    from the verifier's distribution."""
     return [draft_q[i, :int(a)].tolist() + [float(next_q[i])] for i, a in enumerate(accepted)]
 
 

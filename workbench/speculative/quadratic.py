@@ -128,9 +128,10 @@ class QuadraticSpeculator:
             res = verify(draft, self.q, p, self.temperature, self.generator, probs=True)
         rows = torch.arange(draft.shape[0], device=draft.device)
         verifier = ar if self.lam == 1.0 else p.clamp_min(1e-30).log()
-        self.last_probs = emitted_probs(self.draft_q, res.accepted,
-                                        token_probs(verifier[rows, res.accepted][:, None], res.next_token[:, None],
-                                                    self.temperature if self.lam == 1.0 else 1.0)[:, 0])
+        next_q = res.next_prob if res.next_prob is not None else token_probs(
+            verifier[rows, res.accepted][:, None], res.next_token[:, None],
+            self.temperature if self.lam == 1.0 else 1.0)[:, 0]
+        self.last_probs = emitted_probs(self.draft_q, res.accepted, next_q)
         nxt = diff[rows, res.accepted, 1:]
         self.draft, self.q = pick_draft(nxt, self.temperature, self.generator)
         self.draft_q = token_probs(nxt, self.draft, self.temperature)

@@ -165,9 +165,9 @@ class LMTrainConfig(DeviceConfig):
             raise ValueError(f"unknown preset {self.preset!r}; valid: {', '.join(PRESETS)}")
         if self.averaging not in AVERAGING:
             raise ValueError(f"unknown loss averaging {self.averaging!r}; valid: {', '.join(AVERAGING)}")
-        if self.idlm_clean_scale is not None and self.idlm_clean_scale < 0:
-            raise ValueError(f"idlm_clean_scale must be ≥ 0 (or null for Eq. 2's auto-balance), got "
-                             f"{self.idlm_clean_scale}")
+        if self.idlm_clean_scale is not None and (self.idlm_clean_scale < 0 or self.objective != "idlm"):
+            raise ValueError(f"idlm_clean_scale must be ≥ 0 (or null for Eq. 2's auto-balance) and needs objective "
+                             f"idlm; got {self.idlm_clean_scale} with objective {self.objective}")
         if self.noise_per not in NOISE_PER:
             raise ValueError(f"unknown noise_per {self.noise_per!r}; valid: {', '.join(NOISE_PER)}")
         for b in [*self.block_lengths, self.val_block_length]:
@@ -459,6 +459,22 @@ def teacher_forced_tau(draft_logits: torch.Tensor, ar_logits: torch.Tensor, bloc
     return (accepted.float() + 1).mean()
 
 
+def check_resumed_noise(saved_config: Path, noise_per: str) -> None:
+    """Refuse to resume a run with another noise level draw than it started with. A run started before
+    ``noise_per`` existed drew one t per block (its saved ``config.yaml`` has no such key). Raises ``ValueError``
+    (one line) on a mismatch; a missing or unreadable saved config is not checked."""
+    import yaml
+
+    try:
+        saved = yaml.safe_load(saved_config.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return
+    was = saved.get("noise_per", "block")
+    if was != noise_per:
+        raise ValueError(f"{saved_config.parent} was trained with noise_per {was!r}; resume it with --noise_per {was} "
+                         "(or start a new --out_dir)")
+
+
 def draw_block_length(block_lengths: list[int], g: torch.Generator) -> int:
     """The block length of a training batch, uniform over ``block_lengths`` (one draw from ``g``), so that
     one checkpoint decodes at every B."""
@@ -597,6 +613,8 @@ def train_lm(cfg: LMTrainConfig) -> Path:
                         per_device_batch=plan.per_device)
     data.setup()                                # an empty corpus or split fails here, before the run directory
     last, resuming = resume_point(ckpt_dir, cfg.resume, plan)     # same accumulation, or a one-line refusal
+    if resuming:
+        check_resumed_noise(Path(cfg.out_dir) / "config.yaml", cfg.noise_per)
     out = write_run_config(cfg.out_dir, asdict(cfg))
     whitespace = frozenset(whitespace_ids(tok, model.backbone.config.vocab_size)) if cfg.ul_prob > 0 else frozenset()
     module = TriModeLMModule(model, cfg, whitespace, validation_prompts(cfg, tok), plan)
