@@ -164,6 +164,11 @@ class ISDSpeculator:
         """Measured acceptance rate per proposal slot (verified proposals only), for Eq. 3."""
         return [a / v if v else float("nan") for a, v in zip(self.accepted, self.verified)]
 
+    def pooled_acceptance(self) -> float:
+        """Accepted over verified proposals, pooled over the slots (I-DLM §3.2's single p); NaN if none."""
+        verified = sum(self.verified)
+        return sum(self.accepted) / verified if verified else float("nan")
+
 
 def isd_decode(model, prompts: list[list[int]], gen_len: int, stride: int = 4, temperature: float = 0.0,
                proposal: str = "argmax", precision: str = "fp32", seed: int = 0, pad_id: int = 0,
@@ -211,5 +216,5 @@ def isd_decode(model, prompts: list[list[int]], gen_len: int, stride: int = 4, t
                           precision)
     res.slot_acceptance = spec.acceptance()
     res.slot_verified, res.slot_accepted = list(spec.verified), list(spec.accepted)
-    res.acceptance_rate = sum(spec.accepted) / sum(spec.verified) if sum(spec.verified) else float("nan")
+    res.acceptance_rate = spec.pooled_acceptance()
     return res

@@ -54,6 +54,15 @@ def token_probs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) 
     return torch.softmax(logits.float() / t, dim=-1).gather(-1, tokens[..., None]).squeeze(-1)
 
 
+def next_token_q(res, verifier_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``(N,)``: the probability of ``res.next_token`` under the distribution it was drawn from: the residual's
+    (``res.next_prob``, a sampled verification) or ``softmax(verifier_logits / T)``'s, with ``verifier_logits``
+    ``(N, V)`` the verifier's row at the emitted slot (greedy verification, as :func:`token_probs`)."""
+    if res.next_prob is not None:
+        return res.next_prob
+    return token_probs(verifier_logits[:, None], res.next_token[:, None], temperature)[:, 0]
+
+
 def emitted_probs(draft_q: torch.Tensor, accepted: torch.Tensor, next_q: torch.Tensor) -> list[list[float]]:
     """Per row ``q`` of the emitted tokens ``draft[:accepted] + [next]``: the draft's ``draft_q`` ``(N, k)`` for the
     accepted drafts, ``next_q`` ``(N,)`` for the verifier's own token: the probability under the distribution it

@@ -33,8 +33,8 @@ import torch
 from ..decoding.base import DecodeError, DecodeResult
 from .adapter import has_adapter, verifier_mode
 from .context import SpecContext
-from .driver import (Tally, emitted_probs, masked_draft_logits, pick_draft, run_speculation, token_probs,
-                     verify)
+from .driver import (Tally, emitted_probs, masked_draft_logits, next_token_q, pick_draft, run_speculation,
+                     token_probs, verify)
 
 
 def draft_forward(model, ctx: SpecContext, k: int) -> torch.Tensor:
@@ -93,9 +93,8 @@ class LinearSpeculator:
         tally.count(active, extra=True)
         res = verify(draft, q, ver, self.temperature, self.generator)
         rows = torch.arange(draft.shape[0], device=draft.device)
-        next_q = res.next_prob if res.next_prob is not None else token_probs(
-            ver[rows, res.accepted][:, None], res.next_token[:, None], self.temperature)[:, 0]
-        self.last_probs = emitted_probs(token_probs(z, draft, self.temperature), res.accepted, next_q)
+        self.last_probs = emitted_probs(token_probs(z, draft, self.temperature), res.accepted,
+                                        next_token_q(res, ver[rows, res.accepted], self.temperature))
         # keep x_{n+1} (when the verify forward appended it) and d_1..d_a: slot j holds d_j, slot 0 x_{n+1}
         slots = torch.arange(k + 1 - appended, k + 1, device=draft.device)[None, :]
         ctx.commit(slots <= res.accepted[:, None], res.next_token, active)

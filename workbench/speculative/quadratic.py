@@ -46,8 +46,8 @@ from ..decoding.base import DecodeError, DecodeResult
 from ..model.gated_lora import lora_positions
 from .adapter import verifier_mode
 from .context import SpecContext
-from .driver import (Tally, emitted_probs, masked_draft_logits, pick_draft, run_speculation, token_probs,
-                     verify)
+from .driver import (Tally, emitted_probs, masked_draft_logits, next_token_q, pick_draft, run_speculation,
+                     token_probs, verify)
 from .quadratic_mask import quadratic_mask, quadratic_offsets
 
 
@@ -128,10 +128,8 @@ class QuadraticSpeculator:
             res = verify(draft, self.q, p, self.temperature, self.generator, probs=True)
         rows = torch.arange(draft.shape[0], device=draft.device)
         verifier = ar if self.lam == 1.0 else p.clamp_min(1e-30).log()
-        next_q = res.next_prob if res.next_prob is not None else token_probs(
-            verifier[rows, res.accepted][:, None], res.next_token[:, None],
-            self.temperature if self.lam == 1.0 else 1.0)[:, 0]
-        self.last_probs = emitted_probs(self.draft_q, res.accepted, next_q)
+        self.last_probs = emitted_probs(self.draft_q, res.accepted, next_token_q(
+            res, verifier[rows, res.accepted], self.temperature if self.lam == 1.0 else 1.0))
         nxt = diff[rows, res.accepted, 1:]
         self.draft, self.q = pick_draft(nxt, self.temperature, self.generator)
         self.draft_q = token_probs(nxt, self.draft, self.temperature)
