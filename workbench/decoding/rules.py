@@ -17,6 +17,13 @@ def most_confident(conf: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
     return one & masked
 
 
+def passed_or_fallback(passed: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    """The threshold rules' commit: the positions that ``passed`` ``(..., B)`` bool, or, in a state (last axis)
+    where none did, the one-hot ``fallback`` ``(..., B)`` (e.g. :func:`most_confident`). When the fallback ranks
+    by the thresholded score itself (confidence), this equals ``passed | fallback``."""
+    return torch.where(passed.any(dim=-1, keepdim=True), passed, fallback)
+
+
 def confidence_rule(probs: torch.Tensor, masked: torch.Tensor, threshold: float) -> torch.Tensor:
     """Fast-dLLM confidence threshold (NLD §3.2): commit every masked position whose top-1 probability
     is ≥ ``threshold``, and at least the single most confident one."""

@@ -28,7 +28,7 @@ import torch
 from ..trajectories.features import block_features, step_record
 from ..decoding.base import DecodeError, DecodeResult
 from ..decoding.diffusion import diffusion_decode
-from ..decoding.rules import most_confident
+from ..decoding.rules import most_confident, passed_or_fallback
 
 
 @dataclass
@@ -124,7 +124,7 @@ class SamplerRule:
         passed = (p >= self.threshold) & masked
         # serial decoding's choice from the top-1 probabilities step_record already took (no second max over V)
         one = most_confident(rec["top_probs"][..., 0] if self.fallback == "confidence" else p, masked)
-        commit = torch.where(passed.any(dim=1, keepdim=True), passed, one)   # the fallback only where none passed
+        commit = passed_or_fallback(passed, one)
         self.seconds += time.perf_counter() - t0
         self.calls += 1
         return commit

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..decoding.rules import most_confident
+from ..decoding.rules import most_confident, passed_or_fallback
 from ..speculative.accept import accepted_prefix_length
 
 
@@ -95,7 +95,7 @@ def threshold_commits(scores: torch.Tensor, labels: torch.Tensor, masked: torch.
     forced = most_confident(fb.float(), m)                                           # (N, B) one per live state
     tau = torch.as_tensor(thresholds, dtype=torch.float32).view(-1, 1, 1)            # (T, 1, 1)
     passed = (scores.float().unsqueeze(0) >= tau) & m                                # (T, N, B)
-    commit = torch.where(passed.any(dim=2, keepdim=True), passed, forced)           # the fallback only where none
+    commit = passed_or_fallback(passed, forced)                                      # forced broadcast over T
     return commit.sum(dim=2), (commit & wrong).sum(dim=2)
 
 
