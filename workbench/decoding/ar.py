@@ -6,19 +6,22 @@ import time
 import torch
 
 from .base import DecodeResult, autocast_for, check_lengths, left_pad
+from .sampling import NO_TOP_K, NO_TOP_P, check_sampling, sampling_probs
 
 
 @torch.no_grad()
 def ar_decode(model, prompts: list[list[int]], gen_len: int, temperature: float = 0.0, use_cache: bool = True,
               real_continuation: list[list[int]] | None = None, block_length: int | None = None,
-              pad_id: int = 0, precision: str = "fp32", seed: int = 0) -> DecodeResult:
+              pad_id: int = 0, precision: str = "fp32", seed: int = 0, top_k: int = NO_TOP_K,
+              top_p: float = NO_TOP_P) -> DecodeResult:
     """Generate ``gen_len`` tokens per prompt, one token per forward.
 
     Args:
         model: a :class:`~workbench.model.trimode.TriModeLM`.
         prompts: N prompts of token ids (any lengths; left-padded internally).
         gen_len: tokens to generate per prompt.
-        temperature: 0 → greedy (argmax); > 0 → sample from ``softmax(logits / temperature)``.
+        temperature: 0 → greedy (argmax); > 0 → sample from ``softmax(logits / temperature)``, filtered by
+            ``top_k`` / ``top_p`` (:func:`~workbench.decoding.sampling.sampling_probs`).
         use_cache: False recomputes the full sequence every step (reference for the cache test).
         real_continuation: real-context mode: after every ``block_length`` generated tokens the context
             is reset to the *real* continuation (the generated block is discarded from the context),
@@ -27,9 +30,13 @@ def ar_decode(model, prompts: list[list[int]], gen_len: int, temperature: float 
         pad_id: id used for left padding (never attended to).
         precision: 'fp32' or 'bf16' (autocast).
         seed: sampling seed.
+        top_k: sample among the ``top_k`` most likely tokens only (0 = all; ignored at temperature 0).
+        top_p: sample from the nucleus of probability ``top_p`` only (1 = all; ignored at temperature 0).
 
-    Returns a :class:`DecodeResult` (``forwards = gen_len`` per row, no extra forwards).
+    Returns a :class:`DecodeResult` (``forwards = gen_len`` per row, no extra forwards). Raises
+    :class:`DecodeError` for lengths that do not fit the model or an out-of-range sampling option.
     """
+    check_sampling(temperature, top_k, top_p)
     check_lengths(model, prompts, gen_len, block_length if real_continuation is not None else None)
     dev = model.device
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -42,7 +49,7 @@ def ar_decode(model, prompts: list[list[int]], gen_len: int, temperature: float 
     t0 = time.perf_counter()
 
     def pick(logits: torch.Tensor, j: int | None = None) -> torch.Tensor:
-        probs = torch.softmax(logits.float() / (temperature if temperature > 0 else 1.0), dim=-1)
+        probs = sampling_probs(logits, temperature, top_k, top_p)
         if temperature <= 0:
             tok = logits.argmax(-1)
         else:

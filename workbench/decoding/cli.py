@@ -24,6 +24,10 @@ class DecodeConfig:
     """Confidence threshold τ in (0, 1]."""
     temperature: float = 1.0
     """Sampling temperature of ar_sample."""
+    top_k: int = 0
+    """Top-k filter of ar_sample: sample among the k most likely tokens (0 = off)."""
+    top_p: float = 1.0
+    """Top-p (nucleus) filter of ar_sample, in (0, 1] (1 = off)."""
     precision: str = "fp32"
     """'fp32', 'bf16' (bf16 autocast on fp32 weights) or 'bf16-true' (weights stored in bf16; faster on CPU)."""
     device: str = "auto"
@@ -80,12 +84,14 @@ def main(argv: list[str]) -> int:
     from ..tokenizer import bos_prefix
     from . import get_policy
     from .base import cast_for_precision, check_precision
+    from .sampling import check_filters
     from .registry import get_decoder
 
     cfg = parse_dataclass("workbench decode", DecodeConfig, argv)
     fn = get_policy(cfg.policy)
     text = _read_prompt(cfg.prompt)
     check_precision(cfg.precision)
+    check_filters(cfg.top_k, cfg.top_p)            # the temperature: the sampling policy's own check
     model, tok, _ = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
     cast_for_precision(model, cfg.precision)
     from ..model.attention import set_attention_path
@@ -99,8 +105,8 @@ def main(argv: list[str]) -> int:
         kw["threshold"] = cfg.threshold
     if cfg.policy == "sampler":
         kw["fallback"] = cfg.sampler_fallback
-    if cfg.policy == "ar_sample":
-        kw["temperature"] = cfg.temperature
+    if get_decoder(cfg.policy).temperature:                            # ar_sample
+        kw.update(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
     if artefact is not None:
         kw[artefact[0]] = artefact[1]
     res = fn(model, [ids], cfg.gen_len, **kw)

@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from ..decoding.sampling import NO_TOP_K, NO_TOP_P, sampling_probs
+
 
 class BlockDrafter:
     """A diffusion drafter with its own KV cache of the verified prefix, for one sequence.
@@ -42,14 +44,16 @@ class BlockDrafter:
 
     @torch.no_grad()
     def propose(self, verified: list[int], k: int, steps: int = 1, temperature: float = 0.0,
-                generator: torch.Generator | None = None) -> torch.Tensor:
+                generator: torch.Generator | None = None, top_k: int = NO_TOP_K,
+                top_p: float = NO_TOP_P) -> torch.Tensor:
         """Log-probabilities ``(k, vocab)`` (float32) of a block of ``k`` masks after ``verified`` (token ids).
 
         With ``steps`` > 1 each pass fixes the ⌈k / steps⌉ most confident undecided positions (DiffuSpec Eq. 4)
         and the next pass reads them as tokens; a position keeps the distribution of the pass that fixed it.
         :attr:`last_order` ``(k,)`` holds the pass (1-based) that fixed each position (SimSD's temporal labels)
         and :attr:`last_tokens` ``(k,)`` the token fixed there: its row's argmax at temperature 0, else a draw
-        from ``softmax(logits / temperature)`` (later passes read the drawn tokens)."""
+        from ``softmax(logits / temperature)`` filtered by ``top_k`` / ``top_p``
+        (:func:`~workbench.decoding.sampling.sampling_probs`; later passes read the drawn tokens)."""
         dev = self.model.device
         if self.shared:                             # the verifier may have appended and cropped since
             self.n_cached = self.cache.get_seq_length()
@@ -73,7 +77,7 @@ class BlockDrafter:
             out[fix] = lp[fix]
             if temperature > 0:
                 arg = arg.clone()
-                arg[fix] = torch.multinomial(torch.softmax(logits[fix] / temperature, -1), 1,
+                arg[fix] = torch.multinomial(sampling_probs(logits[fix], temperature, top_k, top_p), 1,
                                              generator=generator)[:, 0]
             block[0, fix] = arg[fix]
             order[fix] = s + 1

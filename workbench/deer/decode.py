@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..decoding.base import DecodeError, DecodeResult, autocast_for, check_lengths, left_pad
+from ..decoding.sampling import NO_TOP_K, NO_TOP_P, check_sampling, sampling_probs
 from ..speculative import greedy_accept, speculative_accept
 from ..tokenizer import SEP_ID
 from .attention import draft_block_logits
@@ -62,11 +63,12 @@ class DeerResult(DecodeResult):
         return len(self.tokens[row]) / max(1e-9, self.extra_forwards[row] + self.forwards[row] * ratio)
 
 
-def _sample(logits: torch.Tensor, temperature: float, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _sample(logits: torch.Tensor, temperature: float, g: torch.Generator, top_k: int = NO_TOP_K,
+            top_p: float = NO_TOP_P) -> tuple[torch.Tensor, torch.Tensor]:
     """Draft ids ``(N, k)`` and distributions ``q`` ``(N, k, V)`` (``q`` is empty at temperature 0)."""
     if temperature <= 0:
         return logits.argmax(-1), logits.new_zeros(0)
-    q = torch.softmax(logits.float() / temperature, dim=-1)
+    q = sampling_probs(logits, temperature, top_k, top_p)
     ids = torch.multinomial(q.flatten(0, 1), 1, generator=g).view(q.shape[:2])
     return ids, q
 
@@ -74,7 +76,7 @@ def _sample(logits: torch.Tensor, temperature: float, g: torch.Generator) -> tup
 @torch.no_grad()
 def deer_decode(target, drafter, prompts: list[list[int]], gen_len: int, draft_length: int = 16,
                 temperature: float = 0.0, pad_id: int = 0, sep_id: int = SEP_ID, precision: str = "fp32",
-                seed: int = 0) -> DeerResult:
+                seed: int = 0, top_k: int = NO_TOP_K, top_p: float = NO_TOP_P) -> DeerResult:
     """Generate ``gen_len`` tokens per prompt with DEER (Alg. 1).
 
     Args:
@@ -87,15 +89,19 @@ def deer_decode(target, drafter, prompts: list[list[int]], gen_len: int, draft_l
             > 0 → sampled drafts and speculative-sampling verification at this temperature.
         pad_id: left-padding id (never attended). sep_id: the separator opening the draft block.
         precision: 'fp32' or 'bf16' (autocast). seed: RNG seed of drafts and acceptance draws.
+        top_k, top_p: sampling filters of the drafts' ``q`` and the target's ``p`` alike (0 / 1 = off; ignored
+            at temperature 0), see :func:`~workbench.decoding.sampling.sampling_probs`.
 
     Returns a :class:`DeerResult`.
 
     Raises:
-        DecodeError: bad lengths, ``draft_length < 1``, or a drafter/target context too short.
+        DecodeError: bad lengths, ``draft_length < 1``, a drafter/target context too short, a negative
+            temperature or an out-of-range ``top_k`` / ``top_p``.
         TokenizerMismatchError: the two models' vocabularies differ in size.
     """
     if draft_length < 1:
         raise DecodeError(f"draft_length must be >= 1, got {draft_length}")
+    check_sampling(temperature, top_k, top_p)
     check_lengths(target, prompts, gen_len + draft_length)
     check_lengths(drafter, prompts, gen_len + draft_length + 1)
     check_vocab_sizes(target, drafter)
@@ -120,14 +126,14 @@ def deer_decode(target, drafter, prompts: list[list[int]], gen_len: int, draft_l
             ones = torch.ones((n, k + 1), dtype=torch.bool, device=dev)
             logits = draft_block_logits(drafter, d_pend, block, torch.cat([d_kv, d_pend_valid, ones], 1), d_cache)
             d_kv = torch.cat([d_kv, d_pend_valid], 1)
-            draft, q = _sample(logits[:, 1:], temperature, g)
+            draft, q = _sample(logits[:, 1:], temperature, g, top_k, top_p)
             w = t_pend.shape[1]
             v_logits = target.extend(torch.cat([t_pend, draft], 1), t_cache,
                                      torch.cat([t_kv, t_pend_valid, ones[:, :k]], 1))[:, w - 1:]
             if temperature <= 0:
                 acc = greedy_accept(draft, v_logits)
             else:
-                acc = speculative_accept(draft, q, torch.softmax(v_logits.float() / temperature, dim=-1), g)
+                acc = speculative_accept(draft, q, sampling_probs(v_logits, temperature, top_k, top_p), g)
             a, nxt = acc.accepted, acc.next_token
             slot = torch.arange(k, device=dev)[None, :]
             t_kv = torch.cat([t_kv, t_pend_valid, slot < a[:, None]], 1)

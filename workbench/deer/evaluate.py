@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from ..corpus import by_split, load_corpus
 from ..decoding.ar import ar_decode
 from ..decoding.base import DecodeResult
+from ..decoding.sampling import check_sampling
 from ..evaluation.metrics import agreement, repetition_rate
 from ..evaluation.prompts import Prompt, make_prompts
 from ..model.io import read_workbench_json
@@ -73,6 +74,10 @@ class DeerEvalConfig:
     """k: draft tokens per DEER cycle (and per linear-SS cycle)."""
     temperature: float = 0.0
     """0: greedy (lossless: output = AR greedy); > 0: speculative sampling at this temperature."""
+    top_k: int = 0
+    """Top-k filter when sampling, on the AR reference, the drafts' q and the verifier's p alike (0 = off)."""
+    top_p: float = 1.0
+    """Top-p (nucleus) filter when sampling, applied as top_k is, in (0, 1] (1 = off)."""
     batch_size: int = 1
     """Prompts decoded together (1 = latency setting of the speedup measurement)."""
     precision: str = "fp32"
@@ -91,8 +96,7 @@ class DeerEvalConfig:
         for name in ("n_prompts", "prompt_len", "gen_len", "draft_length", "batch_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        check_sampling(self.temperature, self.top_k, self.top_p)
 
 
 def _rows_of(method: str, res: DecodeResult, chunk: list[Prompt]) -> tuple[list[dict], list[dict]]:
@@ -213,7 +217,8 @@ def run_deer_eval(cfg: DeerEvalConfig, target=None, tokenizer=None) -> Path:
     pad = int(tokenizer.pad_token_id)
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
     prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len, tokenizer)
-    common = dict(temperature=cfg.temperature, pad_id=pad, precision=cfg.precision, seed=cfg.seed)
+    common = dict(temperature=cfg.temperature, pad_id=pad, precision=cfg.precision, seed=cfg.seed, top_k=cfg.top_k,
+                  top_p=cfg.top_p)
     runs: dict[str, Decoder] = {"ar": lambda ps: ar_decode(target, ps, cfg.gen_len, **common)}
     for name, d in loaded.items():
         runs[name] = (lambda d: lambda ps: deer_decode(target, d, ps, cfg.gen_len, cfg.draft_length,

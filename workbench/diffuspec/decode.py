@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, fields
 import torch
 
 from ..decoding.base import DecodeError, DecodeResult, autocast_for, check_lengths
+from ..decoding.sampling import NO_TOP_K, NO_TOP_P, check_sampling, sampling_probs
 from ..speculative import greedy_accept, speculative_accept
 from ..deer.block_drafter import BlockDrafter
 from .adl import ADLController, FixedLength
@@ -135,7 +136,8 @@ def _params(model) -> int:
 @torch.no_grad()
 def diffuspec_decode(target, drafter, prompts: list[list[int]], gen_len: int, cfg: DiffuSpecConfig | None = None,
                      proxy=None, temperature: float = 0.0, eos_id: int | None = None, drafter_kind: str = "trimode",
-                     sep_id: int | None = None, precision: str = "fp32", seed: int = 0) -> DiffuSpecResult:
+                     sep_id: int | None = None, precision: str = "fp32", seed: int = 0, top_k: int = NO_TOP_K,
+                     top_p: float = NO_TOP_P) -> DiffuSpecResult:
     """Generate up to ``gen_len`` tokens per prompt with DiffuSpec (Algorithm 1), one prompt at a time.
 
     Args:
@@ -148,17 +150,18 @@ def diffuspec_decode(target, drafter, prompts: list[list[int]], gen_len: int, cf
         temperature: 0 → greedy verification (lossless); > 0 → p/q rejection with q^L2R.
         eos_id: stop after this token. sep_id: a DEER drafter's separator. precision: 'fp32' or 'bf16'.
         seed: RNG seed of the T > 0 acceptance draws.
+        top_k, top_p: sampling filters of ``q^L2R`` and the target's ``p`` alike (0 / 1 = off; ignored at
+            temperature 0), see :func:`~workbench.decoding.sampling.sampling_probs`.
 
     Returns :class:`DiffuSpecResult`. Raises :class:`~workbench.decoding.base.DecodeError` for bad lengths or
-    settings, or a vocabulary-size mismatch between drafter and target.
+    settings (a negative temperature, an out-of-range ``top_k`` / ``top_p``), or a vocabulary-size mismatch between drafter and target.
     """
     cfg = cfg or DiffuSpecConfig()
     try:
         cfg.validate()
     except ValueError as e:
         raise DecodeError(str(e)) from None
-    if temperature < 0:
-        raise DecodeError(f"temperature must be >= 0, got {temperature}")
+    check_sampling(temperature, top_k, top_p)
     vt, vd = target.vocab_size, drafter.vocab_size
     if vt != vd:
         raise DecodeError(f"drafter and target vocabularies differ ({vd} vs {vt} logits); use a drafter of the "
@@ -181,14 +184,14 @@ def diffuspec_decode(target, drafter, prompts: list[list[int]], gen_len: int, cf
             cache = target.new_cache()
             block_drafter = BlockDrafter(drafter, drafter_kind, sep_id, cache=cache if shared else None)
             _decode_one(target, block_drafter, cache, list(prompt), gen_len, cfg, proxy, temperature, eos_id, g,
-                        res, row)
+                        res, row, {"top_k": top_k, "top_p": top_p})
     res.wall_time = time.perf_counter() - t_start
     return res
 
 
 def _decode_one(target, drafter: BlockDrafter, cache, prompt: list[int], gen_len: int, cfg: DiffuSpecConfig,
                 proxy, temperature: float, eos_id: int | None, g: torch.Generator, res: DiffuSpecResult,
-                row: int) -> None:
+                row: int, warp: dict) -> None:
     dev = target.device
     ctrl = cfg.controller()
     verified = list(prompt)           # the prefix the drafter has seen (prompt + emitted tokens)
@@ -225,8 +228,8 @@ def _decode_one(target, drafter: BlockDrafter, cache, prompt: list[int], gen_len
         if temperature <= 0:
             acc = greedy_accept(draft, v_logits)
         else:
-            q = torch.softmax(logp[:m] / temperature, -1)                      # q^L2R (Eq. 5), S = 1
-            acc = speculative_accept(draft, q[None], torch.softmax(v_logits.float() / temperature, -1), g)
+            q = sampling_probs(logp[:m], temperature, **warp)                   # q^L2R (Eq. 5), S = 1
+            acc = speculative_accept(draft, q[None], sampling_probs(v_logits, temperature, **warp), g)
         a, nxt = int(acc.accepted[0]), int(acc.next_token[0])
         if m - a:
             cache.crop(-(m - a))
@@ -236,10 +239,11 @@ def _decode_one(target, drafter: BlockDrafter, cache, prompt: list[int], gen_len
         if eos_id is not None and eos_id in take:
             take = take[:take.index(eos_id) + 1]
         # q_k(x_k) (I-DLM §2): the drafter's probability of each accepted token, the verifier's of its own token
-        t = temperature if temperature > 0 else 1.0                          # greedy picks: T = 1
-        lq = logp[:a] if t == 1.0 else torch.log_softmax(logp[:a] / t, -1)   # logp is already a log-softmax
-        q_draft = lq.gather(1, torch.tensor(path[:a], device=logp.device)[:, None])[:, 0].exp()
-        q_next = torch.softmax(v_logits[0, a].float() / t, -1)[nxt]
+        # (greedy picks: the T = 1 distribution; a resampled correction: the residual it was drawn from)
+        q_draft = sampling_probs(logp[:a], temperature, **warp).gather(
+            1, torch.tensor(path[:a], device=logp.device)[:, None])[:, 0]
+        q_next = (acc.next_prob[0] if temperature > 0 and acc.next_prob is not None
+                  else sampling_probs(v_logits[0, a], temperature, **warp)[nxt])
         res.token_probs[row] += (q_draft.tolist() + [float(q_next)])[:len(take)]
         out += take
         verified += take

@@ -26,7 +26,8 @@ def _make(cps: bool, adl: bool):
         cfg = DiffuSpecConfig(cps=cps, adl=adl, k_fixed=int(k))
         return diffuspec_decode(model, model, prompts, gen_len, cfg, proxy=proxy,
                                 temperature=kw.get("temperature", 0.0), eos_id=eos,
-                                precision=kw.get("precision", "fp32"), seed=kw.get("seed", 0))
+                                precision=kw.get("precision", "fp32"), seed=kw.get("seed", 0),
+                                top_k=kw.get("top_k", 0), top_p=kw.get("top_p", 1.0))
     return decode
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ..decoding.base import autocast_for, left_pad
+from ..decoding.sampling import warp_logits
 from ..model.masks import to_additive
 from ..model.unlikelihood import repeated_ngram_starts  # noqa: F401  (re-exported)
 
@@ -89,9 +90,10 @@ def whitespace_share_multi(step_tokens: list[list[int]], ws: set[int]) -> tuple[
 @torch.no_grad()
 def ar_token_logprobs(model, prompts: list[list[int]], generated: list[list[int]], real: list[list[int]] | None = None,
                       block_length: int | None = None, pad_id: int = 0, precision: str = "fp32",
-                      temperature: float = 1.0) -> list[list[float]]:
+                      temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> list[list[float]]:
     """Per-token AR log-probabilities ``log p(g_i | context)`` of ``generated`` under the model's AR mode (with a
-    gated LoRA: the base model), at ``temperature`` (``softmax(logits / T)``). Rows may have different lengths
+    gated LoRA: the base model), at ``temperature`` (``softmax(logits / T)``, filtered by ``top_k`` / ``top_p`` as
+    :func:`~workbench.decoding.sampling.sampling_probs` does: ``-inf`` for a token outside the filters). Rows may have different lengths
     (a decode stopped at EOS); each row's list has its own length.
 
     Free-running (``real=None``): the context is the prompt and ``g_<i``. Real-context: each generated block is
@@ -142,9 +144,10 @@ def ar_token_logprobs(model, prompts: list[list[int]], generated: list[list[int]
             idx = torch.where(gi % b == 0, first, p + m + gi - 1)
             # the LM head on those m positions only (not the prompt's and the real copy's)
             pred = model.call_backbone(seq, pos, to_additive(full, model.mask_dtype), logits_to_keep=idx)
-    z = pred.float() / temperature
+    z = pred.float()
     if model.gated and model.has_mask_token:
         z[..., model.mask_token_id] = float("-inf")       # the base model has no mask token
+    z = warp_logits(z, temperature, top_k, top_p)
     logp = torch.log_softmax(z, -1).gather(-1, gen[..., None]).squeeze(-1)
     return [row[:k] for row, k in zip(logp.tolist(), lengths)]
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import torch
 
 from ..decoding.base import DecodeError, DecodeResult
+from ..decoding.sampling import NO_TOP_K, NO_TOP_P, check_sampling, sampling_probs
 from ..model.gated_lora import lora_positions
 from ..speculative.accept import greedy_accept, speculative_accept
 from ..speculative.context import SpecContext
@@ -63,9 +64,10 @@ class ISDSpeculator:
     :func:`~workbench.speculative.driver.run_speculation`."""
 
     def __init__(self, model, stride: int, temperature: float, generator: torch.Generator, proposal: str = "argmax",
-                 relax: float = 0.0):
+                 relax: float = 0.0, top_k: int = NO_TOP_K, top_p: float = NO_TOP_P):
         self.model, self.n, self.temperature, self.generator, self.proposal = model, stride, temperature, generator, proposal
         self.relax = relax
+        self.warp = {"top_k": top_k, "top_p": top_p}          # the sampling filters of q and p alike (Table 8)
         self.draft: torch.Tensor | None = None          # (rows, N − 1) pending proposals
         self.has: torch.Tensor | None = None            # (rows,) bool: the row has pending proposals
         self.q: torch.Tensor | None = None              # (rows, N − 1, V) their distributions (sampled proposals)
@@ -90,7 +92,7 @@ class ISDSpeculator:
         if self.proposal == "argmax":
             d = z.argmax(-1)
             return d, torch.nn.functional.one_hot(d, z.shape[-1]).float()
-        q = torch.softmax(z / self.temperature, dim=-1)
+        q = sampling_probs(z, self.temperature, **self.warp)
         rows, k, v = q.shape
         return torch.multinomial(q.reshape(rows * k, v), 1, generator=self.generator).reshape(rows, k), q
 
@@ -113,14 +115,14 @@ class ISDSpeculator:
         if self.temperature <= 0:
             res = greedy_accept(self.draft, anchors)
         else:
-            p = torch.softmax(anchors / self.temperature, dim=-1)
+            p = sampling_probs(anchors, self.temperature, **self.warp)
             q = self.q if self.q is not None else torch.nn.functional.one_hot(self.draft, p.shape[-1]).float()
             res = speculative_accept(self.draft, q, p, self.generator, self.relax)
         # NP rows: the exact token from the anchor at x
         if self.temperature <= 0:
             exact = anchors[:, 0].argmax(-1)
         else:
-            probs = torch.softmax(anchors[:, 0] / self.temperature, dim=-1)
+            probs = sampling_probs(anchors[:, 0], self.temperature, **self.warp)
             exact = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
         accepted = torch.where(p_rows, res.accepted, torch.zeros_like(res.accepted))
         next_token = torch.where(p_rows, res.next_token, exact)
@@ -131,7 +133,8 @@ class ISDSpeculator:
         # norm(max(0, p − q)) it was drawn from; the anchors' for the bonus and the exact token
         anchor_at = torch.where(p_rows, accepted, torch.zeros_like(accepted))
         rows_i = torch.arange(rows, device=dev)
-        next_q = token_probs(anchors[rows_i, anchor_at][:, None], next_token[:, None], self.temperature)[:, 0]
+        next_q = token_probs(anchors[rows_i, anchor_at][:, None], next_token[:, None], self.temperature,
+                             **self.warp)[:, 0]
         if res.next_prob is not None:                   # a resampled correction came from norm(max(0, p − q))
             next_q = torch.where(p_rows, res.next_prob, next_q)
         self.last_probs = emitted_probs(self.draft_q if self.draft_q is not None else
@@ -144,8 +147,8 @@ class ISDSpeculator:
         if self.temperature > 0 and self.proposal == "argmax":
             self.draft_q = torch.ones_like(self.draft, dtype=torch.float32)       # a point mass
         else:
-            self.draft_q = torch.where(p_rows[:, None], token_probs(zp, d_p, self.temperature),
-                                       token_probs(znp, d_np, self.temperature))
+            self.draft_q = torch.where(p_rows[:, None], token_probs(zp, d_p, self.temperature, **self.warp),
+                                       token_probs(znp, d_np, self.temperature, **self.warp))
         if q_p is not None:
             self.q = torch.where(p_rows[:, None, None], q_p, q_np)
         self.has = (full | ~p_rows) & active
@@ -173,7 +176,7 @@ class ISDSpeculator:
 def isd_decode(model, prompts: list[list[int]], gen_len: int, stride: int = 4, temperature: float = 0.0,
                proposal: str = "argmax", precision: str = "fp32", seed: int = 0, pad_id: int = 0,
                real_continuation: list[list[int]] | None = None, block_length: int | None = None,
-               relax: float = 0.0) -> DecodeResult:
+               relax: float = 0.0, top_k: int = NO_TOP_K, top_p: float = NO_TOP_P) -> DecodeResult:
     """ISD at stride ``N`` (I-DLM Algorithm 1; see the module docstring), batched over prompts of any lengths.
 
     Args:
@@ -187,6 +190,9 @@ def isd_decode(model, prompts: list[list[int]], gen_len: int, stride: int = 4, t
         relax: relaxed acceptance τ ≥ 0 (I-DLM §4.3, Table 4): the acceptance ratio is multiplied by ``1 + τ``;
             0 is the exact rule, τ > 0 trades the lossless guarantee for TPF. Temperature > 0 only (at 0 the
             anchors are one-hot and the ratio is 0 or 1).
+        top_k, top_p: sampling filters of the proposals' ``q`` and the anchors' ``p`` alike (I-DLM Table 8 uses
+            top-k 50, top-p 0.95; 0 / 1 = off; ignored at temperature 0), see
+            :func:`~workbench.decoding.sampling.sampling_probs`.
         precision, seed, pad_id, real_continuation, block_length: as
             :func:`~workbench.speculative.linear.linear_self_speculation`.
 
@@ -196,14 +202,14 @@ def isd_decode(model, prompts: list[list[int]], gen_len: int, stride: int = 4, t
     ``slot_verified`` and ``slot_accepted`` (the counts behind it) and ``acceptance_rate`` (accepted over verified
     proposals pooled over the slots: the single per-token ``p`` of I-DLM §3.2, "p ≥ 0.85").
 
-    Raises :class:`~workbench.decoding.base.DecodeError` for ``stride < 2``, a negative temperature, an unknown
-    proposal rule, a negative ``relax`` or one at temperature 0, or lengths beyond the model context;
+    Raises :class:`~workbench.decoding.base.DecodeError` for ``stride < 2``, a negative temperature, an
+    out-of-range ``top_k`` / ``top_p``, an unknown proposal rule, a negative ``relax`` or one at temperature 0,
+    or lengths beyond the model context;
     :class:`~workbench.tokenizer.TokenizerError` for a model without a mask token (``--add_mask_token``).
     """
     if stride < 2:
         raise DecodeError(f"the ISD stride N must be ≥ 2 (N − 1 mask slots per step), got {stride}")
-    if temperature < 0:
-        raise DecodeError(f"temperature must be ≥ 0, got {temperature}")
+    check_sampling(temperature, top_k, top_p)
     if proposal not in ("argmax", "sample"):
         raise DecodeError(f"unknown proposal rule {proposal!r}; valid: argmax, sample")
     if relax < 0 or (relax > 0 and temperature <= 0):
@@ -211,7 +217,7 @@ def isd_decode(model, prompts: list[list[int]], gen_len: int, stride: int = 4, t
                           f"temperature {temperature}")
     model.mask_token_id                                       # noqa: B018 - raises TokenizerError without one
     gen = torch.Generator(device=model.device).manual_seed(seed)
-    spec = ISDSpeculator(model, stride, temperature, gen, proposal, relax)
+    spec = ISDSpeculator(model, stride, temperature, gen, proposal, relax, top_k, top_p)
     res = run_speculation(model, spec, prompts, gen_len, 2 * stride - 1, real_continuation, block_length, pad_id,
                           precision)
     res.slot_acceptance = spec.acceptance()

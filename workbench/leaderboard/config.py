@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..decoding.base import DecodeError, check_precision, check_threshold
+from ..decoding.sampling import check_sampling
 
 MODES = ("real", "free")
 
@@ -41,6 +42,11 @@ class LeaderboardConfig:
     free-running one; the demo keeps them for the decoders the issue's real-context targets name."""
     temperature: float = 1.0
     """Temperature of the sampling decoders (ar_sample)."""
+    top_k: int = 0
+    """Top-k filter of the sampling decoders: sample among the k most likely tokens (0 = off; I-DLM Table 8
+    uses 50)."""
+    top_p: float = 1.0
+    """Top-p (nucleus) filter of the sampling decoders, in (0, 1] (1 = off; I-DLM Table 8 uses 0.95)."""
     sampler: str | None = None
     """Trained sampler directory (`workbench train sampler`) for the sampler decoder (default: the sampler shipped
     for --model, workbench/assets/<model>-sampler, when there is one: tiny has one)."""
@@ -93,6 +99,7 @@ class LeaderboardConfig:
             raise ValueError("--n_prompts, --prompt_len and --batch_size must be positive")
         if not self.temperature > 0:
             raise ValueError(f"--temperature must be > 0, got {self.temperature}")
+        check_sampling(self.temperature, self.top_k, self.top_p)
         check_precision(self.precision)
         from ..decoding.registry import get_decoder, load_decoders
 

@@ -118,7 +118,8 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
                     adapter_model is not None, cfg.real_context_decoders)
 
     def options(st: Setting) -> tuple[dict, float | None]:
-        """The decoder's keyword options for setting ``st`` and its swept knob (threshold or temperature)."""
+        """The decoder's keyword options for setting ``st`` and its knob (threshold, or the sampling settings),
+        part of the decode cache's key."""
         spec = get_decoder(st.decoder)
         kw = {"precision": cfg.precision, "block_length": st.length}
         if st.threshold is not None:
@@ -127,7 +128,8 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
             kw["draft_length"] = st.length
         knob = st.threshold
         if spec.temperature:
-            kw["temperature"] = knob = cfg.temperature
+            kw.update(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
+            knob = (cfg.temperature, cfg.top_k, cfg.top_p)
         if st.decoder in artefacts:
             kw[spec.needs] = artefacts[st.decoder]
         return kw, knob
@@ -220,7 +222,8 @@ def _introspective(model, prompts, res, st: Setting, cfg: LeaderboardConfig, pad
         chunk = prompts[i:i + cfg.batch_size]
         real = [list(p.real) for p in chunk] if st.mode == "real" else None
         logp += ar_token_logprobs(model, [list(p.prompt) for p in chunk], res.tokens[i:i + cfg.batch_size], real,
-                                  st.length, pad, cfg.precision, cfg.temperature if sampled else 1.0)
+                                  st.length, pad, cfg.precision, *((cfg.temperature, cfg.top_k, cfg.top_p)
+                                                                    if sampled else (1.0,)))
     return introspective_acceptance(res.token_probs, logp)
 
 

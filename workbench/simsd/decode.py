@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..decoding.base import DecodeError, DecodeResult, autocast_for, check_lengths
+from ..decoding.sampling import NO_TOP_K, NO_TOP_P, check_sampling, sampling_probs
 from ..deer.block_drafter import BlockDrafter
 from ..model.gated_lora import lora_positions
 from ..model.masks import to_additive
@@ -73,9 +74,10 @@ def verify_logits(target, cache, prefix_len: int, draft: torch.Tensor, steps: to
 
 
 def _finish_serial(target, cache, prefix_len: int, block: torch.Tensor, undecided: torch.Tensor,
-                   temperature: float, g: torch.Generator, qs: torch.Tensor) -> list[int]:
+                   temperature: float, g: torch.Generator, qs: torch.Tensor, warp: dict) -> list[int]:
     """The target completes ``block`` in place, one position per forward (its most confident), writing each
-    token's probability into ``qs``; returns the token committed by each forward."""
+    token's probability into ``qs``; returns the token committed by each forward. ``warp``: the sampling
+    filters (``top_k``, ``top_p``) of :func:`~workbench.decoding.sampling.sampling_probs`."""
     done = []
     key_valid = torch.ones((1, prefix_len + block.shape[0]), dtype=torch.bool, device=block.device)
     while undecided.any():
@@ -85,7 +87,7 @@ def _finish_serial(target, cache, prefix_len: int, block: torch.Tensor, undecide
         conf = torch.where(undecided, probs.max(-1).values, torch.full_like(probs[:, 0], -1.0))
         k = int(conf.argmax())
         if temperature > 0:
-            p = torch.softmax(logits[k] / temperature, -1)
+            p = sampling_probs(logits[k], temperature, **warp)
             block[k] = torch.multinomial(p, 1, generator=g)[0]
         else:
             p = probs[k]
@@ -100,7 +102,7 @@ def _finish_serial(target, cache, prefix_len: int, block: torch.Tensor, undecide
 def simsd_decode(target, drafter, prompts: list[list[int]], gen_len: int, block_length: int = 8,
                  temperature: float = 0.0, drafter_kind: str = "trimode", sep_id: int | None = None,
                  real_continuation: list[list[int]] | None = None, precision: str = "fp32", seed: int = 0,
-                 rope_copy: bool = True) -> SimSDResult:
+                 rope_copy: bool = True, top_k: int = NO_TOP_K, top_p: float = NO_TOP_P) -> SimSDResult:
     """Generate ``gen_len`` tokens per prompt with SimSD, γ = B = ``block_length``.
 
     Args:
@@ -110,10 +112,13 @@ def simsd_decode(target, drafter, prompts: list[list[int]], gen_len: int, block_
         temperature: 0 → greedy acceptance; > 0 → Eq. 2 with residual resampling.
         real_continuation: real-context mode: the KV commit appends the real block (both models).
         precision: 'fp32' or 'bf16'. seed: RNG seed. rope_copy: False for the RoPE-alignment ablation.
+        top_k, top_p: sampling filters of the drafter's ``q`` and the target's ``p`` alike (0 / 1 = off; ignored
+            at temperature 0), see :func:`~workbench.decoding.sampling.sampling_probs`.
 
-    Returns :class:`SimSDResult`. Raises :class:`~workbench.decoding.base.DecodeError` for bad lengths or a
-    vocabulary-size mismatch.
+    Returns :class:`SimSDResult`. Raises :class:`~workbench.decoding.base.DecodeError` for bad lengths, a
+    vocabulary-size mismatch, a negative temperature or an out-of-range ``top_k`` / ``top_p``.
     """
+    check_sampling(temperature, top_k, top_p)
     check_lengths(target, prompts, gen_len, block_length)
     vt, vd = target.vocab_size, drafter.vocab_size
     if vt != vd:
@@ -131,13 +136,14 @@ def simsd_decode(target, drafter, prompts: list[list[int]], gen_len: int, block_
         for row, prompt in enumerate(prompts):
             real = real_continuation[row] if real_continuation is not None else None
             _decode_one(target, BlockDrafter(drafter, drafter_kind, sep_id), list(prompt), gen_len, b,
-                        temperature, real, g, res, row, rope_copy)
+                        temperature, real, g, res, row, rope_copy, {"top_k": top_k, "top_p": top_p})
     res.wall_time = time.perf_counter() - t0
     return res
 
 
 def _decode_one(target, drafter: BlockDrafter, prompt: list[int], gen_len: int, b: int, temperature: float,
-                real: list[int] | None, g: torch.Generator, res: SimSDResult, row: int, rope_copy: bool) -> None:
+                real: list[int] | None, g: torch.Generator, res: SimSDResult, row: int, rope_copy: bool,
+                warp: dict) -> None:
     dev = target.device
     cache = target.new_cache()
     target.extend(torch.tensor([prompt], device=dev), cache, torch.ones((1, len(prompt)), dtype=torch.bool,
@@ -145,43 +151,46 @@ def _decode_one(target, drafter: BlockDrafter, prompt: list[int], gen_len: int, 
     context = list(prompt)
     for start in range(0, gen_len, b):
         calls = drafter.calls
-        logp = drafter.propose(context, b, steps=b, temperature=temperature, generator=g)   # one position per step
+        logp = drafter.propose(context, b, steps=b, temperature=temperature, generator=g, **warp)   # one per step
         res.drafter_forwards[row] += drafter.calls - calls
         steps, draft = drafter.last_order.to(dev), drafter.last_tokens.to(dev)
         if temperature > 0:
-            q = torch.softmax(logp / temperature, -1)               # p_φ^(r): the step's distribution
+            q = sampling_probs(logp, temperature, **warp)           # p_φ^(r): the step's distribution
         p_len = len(context)
         v = verify_logits(target, cache, p_len, draft, steps, rope_copy)
         v[:, target.mask_token_id] = float("-inf")
         res.forwards[row] += 1
         block = torch.full((b,), target.mask_token_id, dtype=torch.long, device=dev)
         undecided = torch.ones(b, dtype=torch.bool, device=dev)
-        t = temperature if temperature > 0 else 1.0
         qs = torch.zeros(b, device=dev)              # q_k(x_k) per block position (I-DLM §2), block order
         accepted = 0
         for k in steps.argsort().tolist():                           # along the draft order o_1..o_B
             tok = int(draft[k])
             if temperature > 0:
-                p = torch.softmax(v[k] / temperature, -1)
+                p = sampling_probs(v[k], temperature, **warp)
                 ok = bool(torch.rand((), generator=g, device=dev) < torch.clamp(p[tok] / q[k, tok], max=1.0))
-                if not ok:
+                if ok:
+                    q_tok = q[k, tok]
+                else:                                   # a correction: q_k is that of the residual it came from
                     resid = torch.clamp(p - q[k], min=0)
                     resid = resid / resid.sum() if resid.sum() > 0 else p
                     tok = int(torch.multinomial(resid, 1, generator=g)[0])
+                    q_tok = resid[tok]
             else:
                 ok = tok == int(v[k].argmax())
                 if not ok:
                     tok = int(v[k].argmax())
+                q_tok = (logp[k].to(dev).exp() if ok else torch.softmax(v[k], -1))[tok]
             block[k] = tok
             undecided[k] = False
-            qs[k] = (torch.softmax(logp[k].to(dev) / t, -1) if ok else torch.softmax(v[k] / t, -1))[tok]
+            qs[k] = q_tok
             if not ok:
                 break
             accepted += 1
         res.accepted[row].append(accepted)
         res.committed_per_step[row].append(accepted + (accepted < b))
         res.step_tokens[row].append([int(t) for t, u in zip(block.tolist(), undecided.tolist()) if not u])
-        finished = _finish_serial(target, cache, p_len, block, undecided, temperature, g, qs)
+        finished = _finish_serial(target, cache, p_len, block, undecided, temperature, g, qs, warp)
         res.forwards[row] += len(finished)
         res.committed_per_step[row] += [1] * len(finished)
         res.step_tokens[row] += [[t] for t in finished]

@@ -13,7 +13,8 @@ def _simsd(model, prompts, gen_len, drafter=None, **kw):
     return simsd_decode(model, drafter, prompts, gen_len, block_length=int(kw.get("block_length") or 8),
                         temperature=kw.get("temperature", 0.0), drafter_kind="deer",
                         sep_id=getattr(drafter, "sep_token_id", None), real_continuation=kw.get("real_continuation"),
-                        precision=kw.get("precision", "fp32"), seed=kw.get("seed", 0))
+                        precision=kw.get("precision", "fp32"), seed=kw.get("seed", 0), top_k=kw.get("top_k", 0),
+                        top_p=kw.get("top_p", 1.0))
 
 
 def _load(path, model, tokenizer):

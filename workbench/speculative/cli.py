@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..decoding.base import DecodeError
+from ..decoding.sampling import check_sampling
 from .adapter import check_adapter_dir, load_adapter
 
 
@@ -43,6 +44,10 @@ class SpeculateConfig:
     """λ of the quadratic AR–diffusion ensemble verifier (1 = pure AR, lossless)."""
     temperature: float = 0.0
     """0 = greedy acceptance; > 0 = speculative sampling at this temperature."""
+    top_k: int = 0
+    """Top-k filter of speculative sampling, applied to the drafts' q and the verifier's p alike (0 = off)."""
+    top_p: float = 1.0
+    """Top-p (nucleus) filter of speculative sampling, on q and p alike, in (0, 1] (1 = off)."""
     seed: int = 0
     """Sampling seed."""
     modes: list[str] = field(default_factory=lambda: ["real", "free"])
@@ -65,6 +70,7 @@ class SpeculateConfig:
     def validate(self) -> None:
         """Raise a one-line ``ValueError`` / ``DecodeError`` for inconsistent options."""
         check_speculation_options(self, list(self.draft_lengths) + list(self.quadratic_draft_lengths))
+        check_sampling(self.temperature, self.top_k, self.top_p)
         for lam in self.ensemble_lambdas:
             if not 0.0 <= lam <= 1.0:
                 raise DecodeError(f"ensemble_lambda must be in [0, 1], got {lam}")
@@ -112,7 +118,7 @@ def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
     prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len, tokenizer)
     methods = default_methods(cfg.draft_lengths, cfg.quadratic_draft_lengths, cfg.ensemble_lambdas,
-                              cfg.temperature, cfg.seed)
+                              cfg.temperature, cfg.seed, cfg.top_k, cfg.top_p)
     t0 = time.time()
     with staged_dir(cfg.out_dir) as run:
         df = evaluate_speculation(model, tokenizer, prompts, methods, cfg.modes, cfg.block_length, cfg.batch_size,

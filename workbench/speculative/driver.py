@@ -9,6 +9,7 @@ from typing import Protocol
 import torch
 
 from ..decoding.base import DecodeError, DecodeResult, autocast_for, check_lengths, left_pad
+from ..decoding.sampling import NO_TOP_K, NO_TOP_P, sampling_probs
 from .accept import AcceptResult, greedy_accept, speculative_accept
 from .context import SpecContext
 
@@ -20,47 +21,52 @@ def masked_draft_logits(logits: torch.Tensor, mask_token_id: int) -> torch.Tenso
     return out
 
 
-def pick_draft(logits: torch.Tensor, temperature: float, generator: torch.Generator
-               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def pick_draft(logits: torch.Tensor, temperature: float, generator: torch.Generator, top_k: int = NO_TOP_K,
+               top_p: float = NO_TOP_P) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Draft tokens from drafter logits ``(N, k, V)``.
 
     Temperature 0: argmax, returns ``(draft (N, k), None)``. Temperature > 0: each position sampled
-    independently from ``q = softmax(logits / T)``; returns ``(draft, q (N, k, V))``.
+    independently from ``q = sampling_probs(logits, T, top_k, top_p)``
+    (:func:`~workbench.decoding.sampling.sampling_probs`); returns ``(draft, q (N, k, V))``.
     """
     if temperature <= 0:
         return logits.argmax(dim=-1), None
-    q = torch.softmax(logits / temperature, dim=-1)
+    q = sampling_probs(logits, temperature, top_k, top_p)
     n, k, v = q.shape
     draft = torch.multinomial(q.reshape(n * k, v), 1, generator=generator).reshape(n, k)
     return draft, q
 
 
 def verify(draft: torch.Tensor, q: torch.Tensor | None, verifier: torch.Tensor, temperature: float,
-           generator: torch.Generator, probs: bool = False) -> AcceptResult:
-    """Accept a draft ``(N, k)`` against ``verifier`` ``(N, k + 1, V)`` (logits, or probabilities at the
-    sampling temperature when ``probs``): :func:`greedy_accept` at temperature 0, else
-    :func:`speculative_accept` with ``p = softmax(verifier / T)`` and the drafter's ``q`` ``(N, k, V)``."""
+           generator: torch.Generator, probs: bool = False, top_k: int = NO_TOP_K,
+           top_p: float = NO_TOP_P) -> AcceptResult:
+    """Accept a draft ``(N, k)`` against ``verifier`` ``(N, k + 1, V)`` (logits, or the sampling distribution
+    itself when ``probs``): :func:`greedy_accept` at temperature 0, else :func:`speculative_accept` with
+    ``p = sampling_probs(verifier, T, top_k, top_p)`` and the drafter's ``q`` ``(N, k, V)``, warped alike
+    (lossless with respect to the warped ``p``)."""
     if temperature <= 0:
         return greedy_accept(draft, verifier)
-    p = verifier if probs else torch.softmax(verifier.float() / temperature, dim=-1)
+    p = verifier if probs else sampling_probs(verifier, temperature, top_k, top_p)
     return speculative_accept(draft, q, p, generator)
 
 
-def token_probs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``(N, k)``: the probability ``softmax(logits / T)`` gives each token (T = 1 at temperature 0, the
-    distribution a greedy pick comes from): ``q_k(x_k)`` of I-DLM §2. ``logits`` ``(N, k, V)``, ``tokens``
-    ``(N, k)``."""
-    t = temperature if temperature > 0 else 1.0
-    return torch.softmax(logits.float() / t, dim=-1).gather(-1, tokens[..., None]).squeeze(-1)
+def token_probs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, top_k: int = NO_TOP_K,
+                top_p: float = NO_TOP_P) -> torch.Tensor:
+    """``(N, k)``: the probability the sampling distribution (:func:`pick_draft`'s ``q``) gives each token, or
+    ``softmax(logits)``'s at temperature 0 (the distribution a greedy pick comes from): ``q_k(x_k)`` of I-DLM §2.
+    ``logits`` ``(N, k, V)``, ``tokens`` ``(N, k)``."""
+    return sampling_probs(logits, temperature, top_k, top_p).gather(-1, tokens[..., None]).squeeze(-1)
 
 
-def next_token_q(res, verifier_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+def next_token_q(res, verifier_logits: torch.Tensor, temperature: float, top_k: int = NO_TOP_K,
+                 top_p: float = NO_TOP_P) -> torch.Tensor:
     """``(N,)``: the probability of ``res.next_token`` under the distribution it was drawn from: the residual's
-    (``res.next_prob``, a sampled verification) or ``softmax(verifier_logits / T)``'s, with ``verifier_logits``
-    ``(N, V)`` the verifier's row at the emitted slot (greedy verification, as :func:`token_probs`)."""
+    (``res.next_prob``, a sampled verification) or the verifier's sampling distribution's, with
+    ``verifier_logits`` ``(N, V)`` the verifier's row at the emitted slot (greedy verification, as
+    :func:`token_probs`)."""
     if res.next_prob is not None:
         return res.next_prob
-    return token_probs(verifier_logits[:, None], res.next_token[:, None], temperature)[:, 0]
+    return token_probs(verifier_logits[:, None], res.next_token[:, None], temperature, top_k, top_p)[:, 0]
 
 
 def emitted_probs(draft_q: torch.Tensor, accepted: torch.Tensor, next_q: torch.Tensor) -> list[list[float]]:

@@ -29,9 +29,12 @@ class Method:
 
 
 def default_methods(draft_lengths=(4, 8, 16), quadratic_draft_lengths=(4,), ensemble_lambdas=(1.0,),
-                    temperature: float = 0.0, seed: int = 0) -> list[Method]:
-    """Linear SS at every draft length and quadratic SS at every (draft length, λ)."""
+                    temperature: float = 0.0, seed: int = 0, top_k: int = 0, top_p: float = 1.0) -> list[Method]:
+    """Linear SS at every draft length and quadratic SS at every (draft length, λ), all at the same sampling
+    settings (``top_k`` / ``top_p`` only when sampling)."""
     common = {"temperature": temperature, "seed": seed}
+    if temperature > 0:
+        common.update(top_k=top_k, top_p=top_p)
     out = [Method(f"linear_k{k}", "ss_linear", {"draft_length": k, **common}) for k in draft_lengths]
     out += [Method(f"quadratic_k{k}" + ("" if lam == 1.0 else f"_lam{lam:g}"), "ss_quadratic",
                    {"draft_length": k, "ensemble_lambda": lam, **common})

@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from ..decoding.base import DecodeError, DecodeResult
+from ..decoding.sampling import NO_TOP_K, NO_TOP_P, check_sampling
 from .adapter import has_adapter, verifier_mode
 from .context import SpecContext
 from .driver import (Tally, emitted_probs, masked_draft_logits, next_token_q, pick_draft, run_speculation,
@@ -67,9 +68,11 @@ DRAFT_LAYOUTS = ("in_block", "clean_prefix")
 class LinearSpeculator:
     """Draft-then-verify cycles of linear self-speculation (see the module docstring)."""
 
-    def __init__(self, model, k: int, temperature: float, generator: torch.Generator, layout: str = "in_block"):
+    def __init__(self, model, k: int, temperature: float, generator: torch.Generator, layout: str = "in_block",
+                 top_k: int = NO_TOP_K, top_p: float = NO_TOP_P):
         self.model, self.k, self.temperature, self.generator = model, k, temperature, generator
         self.layout = layout
+        self.warp = {"top_k": top_k, "top_p": top_p}          # the sampling filters of q and p alike
 
     def start(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> None:
         """Nothing to prepare: every cycle drafts afresh."""
@@ -82,7 +85,7 @@ class LinearSpeculator:
             first, z = clean_prefix_draft_forward(m, ctx, k, active)   # x_{n+1} now cached: verify d_1..d_k
         else:
             first, z = None, draft_forward(m, ctx, k)                   # verify x_{n+1}, d_1..d_k
-        draft, q = pick_draft(z, self.temperature, self.generator)
+        draft, q = pick_draft(z, self.temperature, self.generator, **self.warp)
         tally.count(active)
         seq = draft if first is not None else torch.cat([ctx.last[:, None], draft], dim=1)
         appended = seq.shape[1]                                            # keys this verify forward appends
@@ -91,10 +94,10 @@ class LinearSpeculator:
         if first is not None:
             ver = torch.cat([first.float(), ver], dim=1)                   # (N, k + 1, V)
         tally.count(active, extra=True)
-        res = verify(draft, q, ver, self.temperature, self.generator)
+        res = verify(draft, q, ver, self.temperature, self.generator, **self.warp)
         rows = torch.arange(draft.shape[0], device=draft.device)
-        self.last_probs = emitted_probs(token_probs(z, draft, self.temperature), res.accepted,
-                                        next_token_q(res, ver[rows, res.accepted], self.temperature))
+        self.last_probs = emitted_probs(token_probs(z, draft, self.temperature, **self.warp), res.accepted,
+                                        next_token_q(res, ver[rows, res.accepted], self.temperature, **self.warp))
         # keep x_{n+1} (when the verify forward appended it) and d_1..d_a: slot j holds d_j, slot 0 x_{n+1}
         slots = torch.arange(k + 1 - appended, k + 1, device=draft.device)[None, :]
         ctx.commit(slots <= res.accepted[:, None], res.next_token, active)
@@ -104,7 +107,8 @@ class LinearSpeculator:
 def linear_self_speculation(model, prompts: list[list[int]], gen_len: int, draft_length: int = 8,
                             temperature: float = 0.0, precision: str = "fp32", seed: int = 0, pad_id: int = 0,
                             real_continuation: list[list[int]] | None = None,
-                            block_length: int | None = None, layout: str = "in_block") -> DecodeResult:
+                            block_length: int | None = None, layout: str = "in_block", top_k: int = NO_TOP_K,
+                            top_p: float = NO_TOP_P) -> DecodeResult:
     """Linear self-speculation decoding (NLD §3.3), batched over prompts of any lengths.
 
     Args:
@@ -114,7 +118,9 @@ def linear_self_speculation(model, prompts: list[list[int]], gen_len: int, draft
         gen_len: tokens emitted per prompt (the last cycle is truncated).
         draft_length: k, draft tokens per cycle (each cycle emits 1..k + 1 tokens).
         temperature: 0 → greedy acceptance (output = AR greedy); > 0 → speculative sampling with
-            ``q = softmax(draft_logits / T)`` and ``p = softmax(verifier_logits / T)``.
+            ``q = softmax(draft_logits / T)`` and ``p = softmax(verifier_logits / T)``, both filtered by
+            ``top_k`` / ``top_p`` (:func:`~workbench.decoding.sampling.sampling_probs`): the output is
+            distributed as :func:`~workbench.decoding.ar.ar_decode` with the same options.
         precision: 'fp32' or 'bf16' (autocast). seed: RNG seed of the draft sampling and acceptance.
         real_continuation: real-context mode: after every ``block_length`` emitted tokens the context is
             reset to the real continuation ``(N, gen_len)`` (as :func:`~workbench.decoding.ar.ar_decode`
@@ -122,6 +128,7 @@ def linear_self_speculation(model, prompts: list[list[int]], gen_len: int, draft
         block_length: segment length of the real-context mode (must divide ``gen_len``); ignored otherwise.
         layout: the draft layout, ``"in_block"`` (default) or ``"clean_prefix"`` (NLD §3.3's input; needs a
             gated LoRA or no adapter), see the module docstring.
+        top_k, top_p: sampling filters (0 / 1 = off; ignored at temperature 0).
 
     Returns a :class:`~workbench.decoding.base.DecodeResult`: ``forwards`` = draft forwards,
     ``extra_forwards`` = verify forwards (one each per cycle a row takes part in),
@@ -130,19 +137,18 @@ def linear_self_speculation(model, prompts: list[list[int]], gen_len: int, draft
     real-context resets included).
 
     Raises :class:`~workbench.decoding.base.DecodeError` for ``draft_length < 1``, a negative
-    temperature, an unknown layout, ``clean_prefix`` with a plain (ungated) peft adapter, or lengths that do not
+    temperature, an out-of-range ``top_k`` / ``top_p``, an unknown layout, ``clean_prefix`` with a plain (ungated) peft adapter, or lengths that do not
     fit the model context.
     """
     if draft_length < 1:
         raise DecodeError(f"draft length must be ≥ 1, got {draft_length}")
-    if temperature < 0:
-        raise DecodeError(f"temperature must be ≥ 0, got {temperature}")
+    check_sampling(temperature, top_k, top_p)
     if layout not in DRAFT_LAYOUTS:
         raise DecodeError(f"unknown draft layout {layout!r}; valid: {', '.join(DRAFT_LAYOUTS)}")
     if layout == "clean_prefix" and has_adapter(model) and not model.gated:
         raise DecodeError("draft layout clean_prefix needs a gated LoRA or no adapter: a plain LoRA drafter would "
                           "write the last verified token's keys with the adapter on; use in_block")
     gen = torch.Generator(device=model.device).manual_seed(seed)
-    spec = LinearSpeculator(model, draft_length, temperature, gen, layout)
+    spec = LinearSpeculator(model, draft_length, temperature, gen, layout, top_k, top_p)
     return run_speculation(model, spec, prompts, gen_len, draft_length + 1, real_continuation, block_length,
                            pad_id, precision)

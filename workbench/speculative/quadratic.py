@@ -43,6 +43,7 @@ from __future__ import annotations
 import torch
 
 from ..decoding.base import DecodeError, DecodeResult
+from ..decoding.sampling import NO_TOP_K, NO_TOP_P, check_sampling, sampling_probs
 from ..model.gated_lora import lora_positions
 from .adapter import verifier_mode
 from .context import SpecContext
@@ -82,8 +83,10 @@ def quadratic_forward(model, ctx: SpecContext, spec: torch.Tensor, group_size: i
 
 
 def ensemble_verifier(ar_logits: torch.Tensor, diff_logits: torch.Tensor, ensemble_lambda: float,
-                      temperature: float) -> torch.Tensor:
-    """AR–diffusion ensemble verifier (NLD App. C): ``λ softmax(z^AR / T) + (1 − λ) softmax(z^diff / T)``.
+                      temperature: float, top_k: int = NO_TOP_K, top_p: float = NO_TOP_P) -> torch.Tensor:
+    """AR–diffusion ensemble verifier (NLD App. C): ``λ softmax(z^AR / T) + (1 − λ) softmax(z^diff / T)``, each
+    term the sampling distribution :func:`~workbench.decoding.sampling.sampling_probs` (with ``top_k`` /
+    ``top_p``, at T > 0) so that λ = 1 gives exactly the verifier a sampled AR decode draws from.
 
     Args:
         ar_logits, diff_logits: ``(N, k + 1, V)``, aligned so that row ``j`` of both predicts the same
@@ -93,18 +96,19 @@ def ensemble_verifier(ar_logits: torch.Tensor, diff_logits: torch.Tensor, ensemb
 
     Returns probabilities ``(N, k + 1, V)``.
     """
-    t = temperature if temperature > 0 else 1.0
-    p_ar = torch.softmax(ar_logits.float() / t, dim=-1)
-    p_diff = torch.softmax(diff_logits.float() / t, dim=-1)
+    p_ar = sampling_probs(ar_logits, temperature, top_k, top_p)
+    p_diff = sampling_probs(diff_logits, temperature, top_k, top_p)
     return ensemble_lambda * p_ar + (1.0 - ensemble_lambda) * p_diff
 
 
 class QuadraticSpeculator:
     """Iterations of quadratic self-speculation (see the module docstring)."""
 
-    def __init__(self, model, k: int, ensemble_lambda: float, temperature: float, generator: torch.Generator):
+    def __init__(self, model, k: int, ensemble_lambda: float, temperature: float, generator: torch.Generator,
+                 top_k: int = NO_TOP_K, top_p: float = NO_TOP_P):
         self.model, self.k, self.lam = model, k, ensemble_lambda
         self.temperature, self.generator = temperature, generator
+        self.warp = {"top_k": top_k, "top_p": top_p}          # the sampling filters of q and p alike
         self.draft: torch.Tensor | None = None          # (N, k)
         self.q: torch.Tensor | None = None              # (N, k, V) drafter distributions (sampling only)
         self.draft_q: torch.Tensor | None = None        # (N, k) q of each draft token (I-DLM §2)
@@ -113,8 +117,8 @@ class QuadraticSpeculator:
         """Initial draft of the segment: groups of ``k`` masks after ``x_{n+1}`` alone (one forward)."""
         _, diff = quadratic_forward(self.model, ctx, ctx.last[:, None], self.k, keep_spec=False)
         tally.count(active)
-        self.draft, self.q = pick_draft(diff[:, 0], self.temperature, self.generator)
-        self.draft_q = token_probs(diff[:, 0], self.draft, self.temperature)
+        self.draft, self.q = pick_draft(diff[:, 0], self.temperature, self.generator, **self.warp)
+        self.draft_q = token_probs(diff[:, 0], self.draft, self.temperature, **self.warp)
 
     def cycle(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> list[list[int]]:
         k, draft = self.k, self.draft
@@ -122,17 +126,19 @@ class QuadraticSpeculator:
         ar, diff = quadratic_forward(self.model, ctx, spec, k + 1, keep_spec=True)
         tally.count(active)
         if self.lam == 1.0:
-            res = verify(draft, self.q, ar, self.temperature, self.generator)
+            res = verify(draft, self.q, ar, self.temperature, self.generator, **self.warp)
         else:
-            p = ensemble_verifier(ar, diff[:, :, 0], self.lam, self.temperature)
+            p = ensemble_verifier(ar, diff[:, :, 0], self.lam, self.temperature, **self.warp)
             res = verify(draft, self.q, p, self.temperature, self.generator, probs=True)
         rows = torch.arange(draft.shape[0], device=draft.device)
-        verifier = ar if self.lam == 1.0 else p.clamp_min(1e-30).log()
-        self.last_probs = emitted_probs(self.draft_q, res.accepted, next_token_q(
-            res, verifier[rows, res.accepted], self.temperature if self.lam == 1.0 else 1.0))
+        if self.lam == 1.0:
+            next_q = next_token_q(res, ar[rows, res.accepted], self.temperature, **self.warp)
+        else:                                   # p is the sampling distribution already: softmax(log p) = p
+            next_q = next_token_q(res, p[rows, res.accepted].clamp_min(1e-30).log(), 1.0)
+        self.last_probs = emitted_probs(self.draft_q, res.accepted, next_q)
         nxt = diff[rows, res.accepted, 1:]
-        self.draft, self.q = pick_draft(nxt, self.temperature, self.generator)
-        self.draft_q = token_probs(nxt, self.draft, self.temperature)
+        self.draft, self.q = pick_draft(nxt, self.temperature, self.generator, **self.warp)
+        self.draft_q = token_probs(nxt, self.draft, self.temperature, **self.warp)
         slots = torch.arange(k + 1, device=draft.device)[None, :]
         ctx.commit(slots <= res.accepted[:, None], res.next_token, active)
         return res.emitted(draft)
@@ -141,7 +147,8 @@ class QuadraticSpeculator:
 def quadratic_self_speculation(model, prompts: list[list[int]], gen_len: int, draft_length: int = 4,
                                ensemble_lambda: float = 1.0, temperature: float = 0.0, precision: str = "fp32",
                                seed: int = 0, pad_id: int = 0, real_continuation: list[list[int]] | None = None,
-                               block_length: int | None = None) -> DecodeResult:
+                               block_length: int | None = None, top_k: int = NO_TOP_K,
+                               top_p: float = NO_TOP_P) -> DecodeResult:
     """Quadratic self-speculation decoding (NLD App. C, Eq. 11), batched over prompts of any lengths.
 
     Args:
@@ -154,6 +161,8 @@ def quadratic_self_speculation(model, prompts: list[list[int]], gen_len: int, dr
         ensemble_lambda: λ of the AR–diffusion ensemble verifier in [0, 1]; 1 = pure AR (lossless).
         temperature: 0 → greedy acceptance; > 0 → speculative sampling, drafts sampled from
             ``q = softmax(z^diff / T)`` and verified against ``p^ens`` at temperature T.
+        top_k, top_p: sampling filters of ``q`` and of both ensemble terms (0 / 1 = off; ignored at
+            temperature 0).
         precision, seed, real_continuation, block_length: as in
             :func:`~workbench.speculative.linear.linear_self_speculation`.
 
@@ -162,15 +171,14 @@ def quadratic_self_speculation(model, prompts: list[list[int]], gen_len: int, dr
     forward), ``committed_per_step`` = tokens emitted per iteration (accepted + 1; sums to ``gen_len``).
 
     Raises :class:`~workbench.decoding.base.DecodeError` for ``draft_length < 1``, λ outside [0, 1], a
-    negative temperature or lengths that do not fit the model context.
+    negative temperature, an out-of-range ``top_k`` / ``top_p`` or lengths that do not fit the model context.
     """
     if draft_length < 1:
         raise DecodeError(f"draft length must be ≥ 1, got {draft_length}")
     if not 0.0 <= ensemble_lambda <= 1.0:
         raise DecodeError(f"ensemble_lambda must be in [0, 1], got {ensemble_lambda}")
-    if temperature < 0:
-        raise DecodeError(f"temperature must be ≥ 0, got {temperature}")
+    check_sampling(temperature, top_k, top_p)
     gen = torch.Generator(device=model.device).manual_seed(seed)
-    spec = QuadraticSpeculator(model, draft_length, float(ensemble_lambda), temperature, gen)
+    spec = QuadraticSpeculator(model, draft_length, float(ensemble_lambda), temperature, gen, top_k, top_p)
     return run_speculation(model, spec, prompts, gen_len, 2 * draft_length + 2, real_continuation, block_length,
                            pad_id, precision)
