@@ -248,3 +248,28 @@ def test_sampled_diffuspec_runs_p_over_q_with_the_paths_q(tmp_path):
     b = diffuspec_decode(model, model, prompts, 32, cfg, temperature=1.0, seed=3)
     assert a.tokens == b.tokens and len(a.tokens[0]) == 32
     assert all(c <= m + 1 for c, m in zip(a.committed_per_step[0], a.path_lengths[0]))
+
+
+def test_a_sampled_correction_records_the_residual_q(monkeypatch, micro_model):
+    """At T > 0 a rejected draft token is replaced by a draw from the residual norm((p − q)₊); the q DiffuSpec
+    records for it (I-DLM §2's q_k, behind the leaderboard's α) is the residual's probability, not p's."""
+    import workbench.diffuspec.decode as mod
+    from workbench.diffuspec.decode import DiffuSpecConfig, diffuspec_decode
+
+    seen, right = [], mod.speculative_accept
+
+    def spy(draft, q, p, g):
+        out = right(draft, q, p, g)
+        a = int(out.accepted[0])
+        if a < draft.shape[1]:
+            seen.append((float(out.next_prob[0]), float(p[0, a, int(out.next_token[0])])))
+        return out
+
+    monkeypatch.setattr(mod, "speculative_accept", spy)
+    res = diffuspec_decode(micro_model, micro_model, [[5, 12, 1, 9, 33, 7]], 24,
+                           DiffuSpecConfig(cps=False, adl=False, k_fixed=3), temperature=1.0, seed=2)
+    assert len(seen) >= 2
+    recorded = res.token_probs[0]
+    for resid_q, p in seen:
+        assert any(abs(q - resid_q) < 1e-6 for q in recorded)
+        assert abs(resid_q - p) > 1e-4

@@ -114,3 +114,27 @@ def test_sampled_simsd_is_reproducible_and_fills_every_block():
     b = simsd_decode(model, drafter, prompts, 8, block_length=4, temperature=1.0, seed=5)
     assert a.tokens == b.tokens and len(a.tokens[0]) == 8 and 40 not in a.tokens[0]   # never the mask token
     assert sum(a.committed_per_step[0]) == 8
+
+
+def test_a_sampled_correction_records_the_residual_q(monkeypatch):
+    """At T > 0 a rejected draft token is replaced by a draw from the residual norm((p − q)₊); the q SimSD records
+    for it (I-DLM §2's q_k, behind the leaderboard's α) is the residual's probability of that token, not p's."""
+    import workbench.simsd.decode as simsd_mod
+
+    seen = []
+
+    def spy(*args):
+        out = simsd_mod.speculative_accept.__wrapped__(*args)
+        if not bool(out.accepted[0]):
+            seen.append((float(out.next_prob[0]), float(args[2][0, 0, int(out.next_token[0])])))
+        return out
+
+    spy.__wrapped__ = simsd_mod.speculative_accept
+    monkeypatch.setattr(simsd_mod, "speculative_accept", spy)
+    model, drafter = _model(2, seed=1), _model(1, seed=2)
+    res = simsd_decode(model, drafter, [[3, 9, 14, 2, 7, 1], [5, 5, 6]], 16, block_length=4, temperature=1.0, seed=5)
+    assert len(seen) >= 2                                         # rejections happened
+    recorded = [q for row in res.token_probs for q in row]
+    for resid_q, p in seen:
+        assert any(abs(q - resid_q) < 1e-6 for q in recorded)
+        assert abs(resid_q - p) > 1e-4                            # the residual's q differs from p's

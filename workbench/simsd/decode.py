@@ -34,6 +34,7 @@ from ..decoding.sampling import NO_TOP_K, NO_TOP_P, check_sampling, sampling_pro
 from ..deer.block_drafter import BlockDrafter
 from ..model.gated_lora import lora_positions
 from ..model.masks import to_additive
+from ..speculative.accept import speculative_accept
 from .layout import paired_positions, physical_positions, temporal_allowed
 
 
@@ -166,16 +167,14 @@ def _decode_one(target, drafter: BlockDrafter, prompt: list[int], gen_len: int, 
         accepted = 0
         for k in steps.argsort().tolist():                           # along the draft order o_1..o_B
             tok = int(draft[k])
-            if temperature > 0:
+            if temperature > 0:                     # Eq. 2 at o_r: the speculative-sampling rule of one slot
                 p = sampling_probs(v[k], temperature, **warp)
-                ok = bool(torch.rand((), generator=g, device=dev) < torch.clamp(p[tok] / q[k, tok], max=1.0))
+                acc = speculative_accept(draft[k].view(1, 1), q[k][None, None], torch.stack([p, p])[None], g)
+                ok = bool(acc.accepted[0])
                 if ok:
                     q_tok = q[k, tok]
                 else:                                   # a correction: q_k is that of the residual it came from
-                    resid = torch.clamp(p - q[k], min=0)
-                    resid = resid / resid.sum() if resid.sum() > 0 else p
-                    tok = int(torch.multinomial(resid, 1, generator=g)[0])
-                    q_tok = resid[tok]
+                    tok, q_tok = int(acc.next_token[0]), acc.next_prob[0]
             else:
                 ok = tok == int(v[k].argmax())
                 if not ok:
