@@ -273,3 +273,4 @@ def test_a_sampled_correction_records_the_residual_q(monkeypatch, micro_model):
     for resid_q, p in seen:
         assert any(abs(q - resid_q) < 1e-6 for q in recorded)
         assert abs(resid_q - p) > 1e-4
+        assert not any(abs(q - p) < 1e-6 for q in recorded)       # p's probability is recorded nowhere

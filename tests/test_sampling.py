@@ -95,16 +95,18 @@ def _micro(seed: int) -> TriModeLM:
 PROMPTS = [[5, 12, 1, 9, 33, 7], [70, 71, 72]]
 
 
-def _decoders():
-    """name → decode(model, prompts, gen_len, **sampling) of every sampled decoder (micro models)."""
-    drafter = _micro(1)
+def _decoders(drafter=None, pad: int = EOS_ID, sep: int | None = None):
+    """name → decode(model, prompts, gen_len, **sampling) of every sampled decoder (DEER's drafter: ``drafter``,
+    default a second micro model; ``pad`` / ``sep``: padding and DEER separator ids)."""
+    drafter = _micro(1) if drafter is None else drafter
+    deer_sep = {} if sep is None else {"sep_id": sep}
     return {
-        "ar": lambda m, p, n, **kw: ar_decode(m, p, n, pad_id=EOS_ID, **kw),
-        "ss_linear": lambda m, p, n, **kw: linear_self_speculation(m, p, n, draft_length=3, pad_id=EOS_ID, **kw),
-        "ss_quadratic": lambda m, p, n, **kw: quadratic_self_speculation(m, p, n, draft_length=3, pad_id=EOS_ID,
-                                                                         **kw),
-        "isd": lambda m, p, n, **kw: isd_decode(m, p, n, stride=3, pad_id=EOS_ID, **kw),
-        "deer": lambda m, p, n, **kw: deer_decode(m, drafter, p, n, draft_length=3, pad_id=EOS_ID, **kw),
+        "ar": lambda m, p, n, **kw: ar_decode(m, p, n, pad_id=pad, **kw),
+        "ss_linear": lambda m, p, n, **kw: linear_self_speculation(m, p, n, draft_length=3, pad_id=pad, **kw),
+        "ss_quadratic": lambda m, p, n, **kw: quadratic_self_speculation(m, p, n, draft_length=3, pad_id=pad, **kw),
+        "isd": lambda m, p, n, **kw: isd_decode(m, p, n, stride=3, pad_id=pad, **kw),
+        "isd_sample": lambda m, p, n, **kw: isd_decode(m, p, n, stride=3, proposal="sample", pad_id=pad, **kw),
+        "deer": lambda m, p, n, **kw: deer_decode(m, drafter, p, n, draft_length=3, pad_id=pad, **deer_sep, **kw),
         "simsd": lambda m, p, n, **kw: simsd_decode(m, m, p, n, block_length=4, **kw),
         "diffuspec": lambda m, p, n, **kw: diffuspec_decode(m, m, p, n, DiffuSpecConfig(cps=False, adl=False,
                                                                                         k_fixed=3), **kw),
@@ -130,9 +132,9 @@ def test_decoders_refuse_a_bad_filter_before_decoding(name):
 
 # ---------------------------------------------------------------- exact distributions
 
-def _peaked_model() -> TriModeLM:
+def _peaked_model(seed: int = 0) -> TriModeLM:
     """1-layer Llama, 6 tokens + [MASK] (id 6), peaked distributions (scaled LM head)."""
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=7, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                       num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False,
                       attn_implementation="sdpa")
@@ -158,7 +160,7 @@ def _tv(tokens, exact: np.ndarray, length: int) -> float:
     return 0.5 * float(np.abs(np.bincount(idx, minlength=7 ** length) / len(tokens) - exact).sum())
 
 
-@pytest.mark.parametrize("name", ["ar", "ss_linear", "ss_quadratic"])
+@pytest.mark.parametrize("name", ["ar", "ss_linear", "ss_quadratic", "isd_sample", "deer"])
 def test_filtered_sampling_matches_the_filtered_ar_distribution(name):
     """With top-k 3 and top-p 0.8 the whole 3-token continuations follow AR sampling under the same filters:
     total variation within the 99.9 % quantile of that of exact draws. The unfiltered AR distribution is far
@@ -170,7 +172,8 @@ def test_filtered_sampling_matches_the_filtered_ar_distribution(name):
     rng = np.random.default_rng(0)
     bound = float(np.quantile([0.5 * np.abs(rng.multinomial(n, exact / exact.sum()) / n - exact).sum()
                                for _ in range(1000)], 0.999))
-    tokens = _decoders()[name](model, [prompt] * n, length, temperature=1.0, seed=3, **warp).tokens
+    decoders = _decoders(drafter=_peaked_model(1), pad=0, sep=5)          # DEER: a second peaked model drafts
+    tokens = decoders[name](model, [prompt] * n, length, temperature=1.0, seed=3, **warp).tokens
     assert _tv(tokens, exact, length) < bound
     assert _tv(tokens, plain, length) > 3 * bound
     idx = (np.asarray(tokens) * (7 ** np.arange(length)[::-1])).sum(1)
@@ -191,3 +194,26 @@ def test_ar_token_logprobs_applies_the_filters():
     other = ar_decode(model, PROMPTS, 12, temperature=3.0, seed=1, pad_id=EOS_ID)
     outside = ar_token_logprobs(model, PROMPTS, other.tokens, pad_id=EOS_ID, temperature=1.0, top_k=2)
     assert any(x == float("-inf") for row in outside for x in row)
+
+
+@pytest.mark.parametrize("name", ["simsd", "diffuspec"])
+def test_simsd_and_diffuspec_filter_the_distributions_they_compare(name, monkeypatch):
+    """With top-k 2 every verifier p SimSD and DiffuSpec hand to the acceptance rule has at most two tokens, and so
+    has SimSD's drafter q (its drafts are drawn from q). DiffuSpec's q^L2R stays unfiltered: its drafts (argmax or
+    the CPS path) are not drawn from q, and a filtered q could be 0 at a drafted token."""
+    import workbench.diffuspec.decode as diffuspec_mod
+    import workbench.simsd.decode as simsd_mod
+
+    mod = simsd_mod if name == "simsd" else diffuspec_mod
+    right, seen = mod.speculative_accept, []
+
+    def spy(draft, q, p, g, *rest):
+        seen.append((q.clone(), p.clone()))
+        return right(draft, q, p, g, *rest)
+
+    monkeypatch.setattr(mod, "speculative_accept", spy)
+    _decoders()[name](_micro(0), PROMPTS, 16, temperature=1.0, top_k=2, seed=3)
+    assert seen
+    assert all(int((p > 0).sum(-1).max()) <= 2 for _, p in seen)
+    q_support = max(int((q > 0).sum(-1).max()) for q, _ in seen)
+    assert q_support <= 2 if name == "simsd" else q_support > 2

@@ -47,7 +47,9 @@ def warp_logits(logits: torch.Tensor, temperature: float, top_k: int = NO_TOP_K,
             that of ``softmax(logits)``.
         top_k: keep the ``top_k`` largest logits and their ties (0 = all).
         top_p: keep the smallest set of most probable tokens whose total probability is ≥ ``top_p`` (1 = all);
-            the most probable token is always kept.
+            the most probable token is always kept. Tokens tied in probability are ranked by a descending sort,
+            so where tied tokens straddle the nucleus's edge the ones kept may differ from ``generate``'s (which
+            sorts ascending); without ties the sets are equal.
 
     Returns ``(..., vocab)`` float32. Raises :class:`DecodeError` for an out-of-range ``top_k`` / ``top_p``.
     """

@@ -173,7 +173,8 @@ def deer_decode(target, drafter, prompts: list[list[int]], gen_len: int, draft_l
 
 def deer_policy(model, prompts: list[list[int]], gen_len: int, drafter=None, draft_length: int = 16,
                 temperature: float = 0.0, real_continuation=None, pad_id: int = 0, sep_id: int = SEP_ID,
-                precision: str = "fp32", seed: int = 0, **_ignored) -> DeerResult:
+                precision: str = "fp32", seed: int = 0, top_k: int = NO_TOP_K, top_p: float = NO_TOP_P,
+                **_ignored) -> DeerResult:
     """The ``deer`` decoding policy: :func:`deer_decode` with ``model`` as the target and ``drafter=`` the
     aligned diffusion drafter. DEER runs free-running only (``real_continuation`` must be ``None``);
     other harness options (block length, threshold) do not apply and are ignored.
@@ -185,4 +186,4 @@ def deer_policy(model, prompts: list[list[int]], gen_len: int, drafter=None, dra
     if real_continuation is not None:
         raise DecodeError("the deer policy decodes free-running only (no real-context mode)")
     return deer_decode(model, drafter, prompts, gen_len, draft_length=draft_length, temperature=temperature,
-                       pad_id=pad_id, sep_id=sep_id, precision=precision, seed=seed)
+                       pad_id=pad_id, sep_id=sep_id, precision=precision, seed=seed, top_k=top_k, top_p=top_p)

@@ -150,8 +150,9 @@ def diffuspec_decode(target, drafter, prompts: list[list[int]], gen_len: int, cf
         temperature: 0 → greedy verification (lossless); > 0 → p/q rejection with q^L2R.
         eos_id: stop after this token. sep_id: a DEER drafter's separator. precision: 'fp32' or 'bf16'.
         seed: RNG seed of the T > 0 acceptance draws.
-        top_k, top_p: sampling filters of ``q^L2R`` and the target's ``p`` alike (0 / 1 = off; ignored at
-            temperature 0), see :func:`~workbench.decoding.sampling.sampling_probs`.
+        top_k, top_p: sampling filters of the target's ``p`` (0 / 1 = off; ignored at temperature 0), see
+            :func:`~workbench.decoding.sampling.sampling_probs`. ``q^L2R`` stays unfiltered: DiffuSpec's drafts are
+            not drawn from it (App. H: at T > 0 the rule is a heuristic, not lossless).
 
     Returns :class:`DiffuSpecResult`. Raises :class:`~workbench.decoding.base.DecodeError` for bad lengths or
     settings (a negative temperature, an out-of-range ``top_k`` / ``top_p``), or a vocabulary-size mismatch between drafter and target.
@@ -228,7 +229,9 @@ def _decode_one(target, drafter: BlockDrafter, cache, prompt: list[int], gen_len
         if temperature <= 0:
             acc = greedy_accept(draft, v_logits)
         else:
-            q = sampling_probs(logp[:m], temperature, **warp)                   # q^L2R (Eq. 5), S = 1
+            # q^L2R (Eq. 5), S = 1, at the temperature but unfiltered: the drafts (argmax or the CPS path) are not
+            # drawn from q, so a filtered q could be 0 at a drafted token and accept it unconditionally
+            q = sampling_probs(logp[:m], temperature)
             acc = speculative_accept(draft, q[None], sampling_probs(v_logits, temperature, **warp), g)
         a, nxt = int(acc.accepted[0]), int(acc.next_token[0])
         if m - a:
@@ -240,7 +243,7 @@ def _decode_one(target, drafter: BlockDrafter, cache, prompt: list[int], gen_len
             take = take[:take.index(eos_id) + 1]
         # q_k(x_k) (I-DLM §2): the drafter's probability of each accepted token, the verifier's of its own token
         # (greedy picks: the T = 1 distribution; a resampled correction: the residual it was drawn from)
-        q_draft = sampling_probs(logp[:a], temperature, **warp).gather(
+        q_draft = sampling_probs(logp[:a], temperature).gather(
             1, torch.tensor(path[:a], device=logp.device)[:, None])[:, 0]
         q_next = (acc.next_prob[0] if temperature > 0 and acc.next_prob is not None
                   else sampling_probs(v_logits[0, a], temperature, **warp)[nxt])

@@ -40,7 +40,8 @@ from ..decoding.sampling import NO_TOP_K, NO_TOP_P, check_sampling, sampling_pro
 from ..model.gated_lora import lora_positions
 from ..speculative.accept import greedy_accept, speculative_accept
 from ..speculative.context import SpecContext
-from ..speculative.driver import Tally, emitted_probs, masked_draft_logits, run_speculation, token_probs
+from ..speculative.driver import (Tally, drafted_probs, emitted_probs, masked_draft_logits, run_speculation,
+                                  token_probs)
 
 
 def isd_tpf(accept: list[float]) -> float:
@@ -142,13 +143,13 @@ class ISDSpeculator:
         d_p, q_p = self._propose(logits[:, n: 2 * n - 1])
         d_np, q_np = self._propose(logits[:, 1: n])
         self.draft = torch.where(p_rows[:, None], d_p, d_np)
-        zp = masked_draft_logits(logits[:, n: 2 * n - 1], m.mask_token_id)
-        znp = masked_draft_logits(logits[:, 1: n], m.mask_token_id)
         if self.temperature > 0 and self.proposal == "argmax":
             self.draft_q = torch.ones_like(self.draft, dtype=torch.float32)       # a point mass
-        else:
-            self.draft_q = torch.where(p_rows[:, None], token_probs(zp, d_p, self.temperature, **self.warp),
-                                       token_probs(znp, d_np, self.temperature, **self.warp))
+        else:                                   # sampled proposals: from their q; greedy: softmax at T = 1
+            zp = masked_draft_logits(logits[:, n: 2 * n - 1], m.mask_token_id)
+            znp = masked_draft_logits(logits[:, 1: n], m.mask_token_id)
+            self.draft_q = torch.where(p_rows[:, None], drafted_probs(zp, d_p, q_p, self.temperature),
+                                       drafted_probs(znp, d_np, q_np, self.temperature))
         if q_p is not None:
             self.q = torch.where(p_rows[:, None, None], q_p, q_np)
         self.has = (full | ~p_rows) & active

@@ -129,7 +129,8 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
         knob = st.threshold
         if spec.temperature:
             kw.update(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
-            knob = (cfg.temperature, cfg.top_k, cfg.top_p)
+            # the evaluation sweep's key is the bare temperature: its unfiltered ar_sample decodes are reused
+            knob = cfg.temperature if (cfg.top_k, cfg.top_p) == (0, 1.0) else (cfg.temperature, cfg.top_k, cfg.top_p)
         if st.decoder in artefacts:
             kw[spec.needs] = artefacts[st.decoder]
         return kw, knob

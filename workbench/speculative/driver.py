@@ -58,6 +58,16 @@ def token_probs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, 
     return sampling_probs(logits, temperature, top_k, top_p).gather(-1, tokens[..., None]).squeeze(-1)
 
 
+def drafted_probs(logits: torch.Tensor, draft: torch.Tensor, q: torch.Tensor | None,
+                  temperature: float) -> torch.Tensor:
+    """``(N, k)``: the probability of each draft token under the distribution :func:`pick_draft` drew it from:
+    gathered from its ``q`` ``(N, k, V)`` when sampled (no second filtering pass), else :func:`token_probs` of
+    ``logits`` at temperature 0."""
+    if q is not None:
+        return q.gather(-1, draft[..., None]).squeeze(-1)
+    return token_probs(logits, draft, temperature)
+
+
 def next_token_q(res, verifier_logits: torch.Tensor, temperature: float, top_k: int = NO_TOP_K,
                  top_p: float = NO_TOP_P) -> torch.Tensor:
     """``(N,)``: the probability of ``res.next_token`` under the distribution it was drawn from: the residual's

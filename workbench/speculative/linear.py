@@ -34,8 +34,8 @@ from ..decoding.base import DecodeError, DecodeResult
 from ..decoding.sampling import NO_TOP_K, NO_TOP_P, check_sampling
 from .adapter import has_adapter, verifier_mode
 from .context import SpecContext
-from .driver import (Tally, emitted_probs, masked_draft_logits, next_token_q, pick_draft, run_speculation,
-                     token_probs, verify)
+from .driver import (Tally, drafted_probs, emitted_probs, masked_draft_logits, next_token_q, pick_draft,
+                     run_speculation, verify)
 
 
 def draft_forward(model, ctx: SpecContext, k: int) -> torch.Tensor:
@@ -96,7 +96,7 @@ class LinearSpeculator:
         tally.count(active, extra=True)
         res = verify(draft, q, ver, self.temperature, self.generator, **self.warp)
         rows = torch.arange(draft.shape[0], device=draft.device)
-        self.last_probs = emitted_probs(token_probs(z, draft, self.temperature, **self.warp), res.accepted,
+        self.last_probs = emitted_probs(drafted_probs(z, draft, q, self.temperature), res.accepted,
                                         next_token_q(res, ver[rows, res.accepted], self.temperature, **self.warp))
         # keep x_{n+1} (when the verify forward appended it) and d_1..d_a: slot j holds d_j, slot 0 x_{n+1}
         slots = torch.arange(k + 1 - appended, k + 1, device=draft.device)[None, :]

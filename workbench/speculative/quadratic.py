@@ -47,8 +47,8 @@ from ..decoding.sampling import NO_TOP_K, NO_TOP_P, check_sampling, sampling_pro
 from ..model.gated_lora import lora_positions
 from .adapter import verifier_mode
 from .context import SpecContext
-from .driver import (Tally, emitted_probs, masked_draft_logits, next_token_q, pick_draft, run_speculation,
-                     token_probs, verify)
+from .driver import (Tally, drafted_probs, emitted_probs, masked_draft_logits, next_token_q, pick_draft,
+                     run_speculation, verify)
 from .quadratic_mask import quadratic_mask, quadratic_offsets
 
 
@@ -86,7 +86,8 @@ def ensemble_verifier(ar_logits: torch.Tensor, diff_logits: torch.Tensor, ensemb
                       temperature: float, top_k: int = NO_TOP_K, top_p: float = NO_TOP_P) -> torch.Tensor:
     """AR–diffusion ensemble verifier (NLD App. C): ``λ softmax(z^AR / T) + (1 − λ) softmax(z^diff / T)``, each
     term the sampling distribution :func:`~workbench.decoding.sampling.sampling_probs` (with ``top_k`` /
-    ``top_p``, at T > 0) so that λ = 1 gives exactly the verifier a sampled AR decode draws from.
+    ``top_p``, at T > 0) so that λ = 1 gives exactly the verifier a sampled AR decode draws from. For λ < 1 the
+    mixture of two filtered distributions may put mass on more than ``top_k`` tokens (λ < 1 is lossy anyway).
 
     Args:
         ar_logits, diff_logits: ``(N, k + 1, V)``, aligned so that row ``j`` of both predicts the same
@@ -118,7 +119,7 @@ class QuadraticSpeculator:
         _, diff = quadratic_forward(self.model, ctx, ctx.last[:, None], self.k, keep_spec=False)
         tally.count(active)
         self.draft, self.q = pick_draft(diff[:, 0], self.temperature, self.generator, **self.warp)
-        self.draft_q = token_probs(diff[:, 0], self.draft, self.temperature, **self.warp)
+        self.draft_q = drafted_probs(diff[:, 0], self.draft, self.q, self.temperature)
 
     def cycle(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> list[list[int]]:
         k, draft = self.k, self.draft
@@ -138,7 +139,7 @@ class QuadraticSpeculator:
         self.last_probs = emitted_probs(self.draft_q, res.accepted, next_q)
         nxt = diff[rows, res.accepted, 1:]
         self.draft, self.q = pick_draft(nxt, self.temperature, self.generator, **self.warp)
-        self.draft_q = token_probs(nxt, self.draft, self.temperature, **self.warp)
+        self.draft_q = drafted_probs(nxt, self.draft, self.q, self.temperature)
         slots = torch.arange(k + 1, device=draft.device)[None, :]
         ctx.commit(slots <= res.accepted[:, None], res.next_token, active)
         return res.emitted(draft)
