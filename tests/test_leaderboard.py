@@ -186,18 +186,19 @@ def test_reuses_the_sweeps_decodes(micro_checkpoint, small_corpus, tmp_path, mon
     prompts = make_prompts(by_split(load_corpus(str(small_corpus)), "test"), 3, 48, 16, tok)
     cache: dict = {}
     evaluate_model(model, tok, prompts, EvalConfig(block_lengths=[8], thresholds=[0.9], gen_len=16, precision="fp32",
-                                                   batch_size=4, sample_temperatures=[], progress_bar=False),
+                                                   batch_size=4, sample_temperatures=[1.0], progress_bar=False),
                    decode_cache=cache)
     calls = []
     real = lb.decode_prompts
     monkeypatch.setattr(lb, "decode_prompts", lambda m, policy, ps, mode, *a, **k:
                         calls.append((policy, mode)) or real(m, policy, ps, mode, *a, **k))
-    kw = dict(decoders=["ar_greedy", "serial", "confidence", "ss_linear"], block_lengths=[8], sol=False)
+    kw = dict(decoders=["ar_greedy", "serial", "confidence", "ss_linear", "ar_sample"], block_lengths=[8], sol=False)
     shared, _ = run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "a", **kw), model, tok, cache)
-    assert calls == [("ss_linear", "real"), ("ss_linear", "free")]      # the sweep's runs: served from the cache
+    # the sweep's runs (its free-running ar_sample at T = 1 included) are served from the cache
+    assert sorted(calls) == [("ar_sample", "real"), ("ss_linear", "free"), ("ss_linear", "real")]
     calls.clear()
     alone, _ = run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "b", **kw), model, tok)
-    assert len(calls) == 1 + 8                                          # warm-up + every row
+    assert len(calls) == 1 + 10                                         # warm-up + every row
     cols = ["decoder", "mode", "tpf", "agree_ar", "agree_serial", "lossless", "repetition"]
     pd.testing.assert_frame_equal(shared[cols], alone[cols])
     shorter = make_prompts(by_split(load_corpus(str(small_corpus)), "test"), 3, 40, 16, tok)
@@ -206,7 +207,10 @@ def test_reuses_the_sweeps_decodes(micro_checkpoint, small_corpus, tmp_path, mon
     for i, other in enumerate([{"n_prompts": 2}, {"prompt_len": 40}]):  # other prompts: nothing reused, also
         calls.clear()                                                   # with the same ids and lengths
         run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / f"c{i}", **kw, **other), model, tok, cache)
-        assert len(calls) == 1 + 8
+        assert len(calls) == 1 + 10
+    calls.clear()                                   # a top-k filter is another sampling setting: decoded afresh
+    run_leaderboard(_cfg(micro_checkpoint, small_corpus, tmp_path / "d", **kw, top_k=5), model, tok, cache)
+    assert sorted(c for c in calls if c[0] == "ar_sample") == [("ar_sample", "free"), ("ar_sample", "real")]
 
 
 def test_real_context_rows_for_named_decoders(micro_checkpoint, small_corpus, tmp_path):
