@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from workbench.decoding.ar import ar_decode
 from workbench.decoding.base import DecodeError
@@ -22,6 +22,8 @@ from workbench.simsd.decode import simsd_decode
 from workbench.speculative.linear import linear_self_speculation
 from workbench.speculative.quadratic import quadratic_self_speculation
 from workbench.tokenizer import EOS_ID, MASK_ID
+
+from small_models import peaked_model
 
 LOGP = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()
 
@@ -133,15 +135,8 @@ def test_decoders_refuse_a_bad_filter_before_decoding(name):
 # ---------------------------------------------------------------- exact distributions
 
 def _peaked_model(seed: int = 0) -> TriModeLM:
-    """1-layer Llama, 6 tokens + [MASK] (id 6), peaked distributions (scaled LM head)."""
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=7, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False,
-                      attn_implementation="sdpa")
-    bb = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        bb.lm_head.weight.mul_(4.0)
-    return TriModeLM(bb, 6)
+    """1-layer Llama, 6 tokens + [MASK] (id 6), peaked distributions (LM head × 4)."""
+    return peaked_model(4.0, seed)
 
 
 def _exact(model, prompt, length, **warp) -> np.ndarray:

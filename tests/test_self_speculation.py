@@ -6,7 +6,6 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 import workbench.speculative.driver as driver
 from workbench.corpus import stdlib_root
@@ -20,6 +19,8 @@ from workbench.speculative.linear import draft_forward, linear_self_speculation
 from workbench.speculative.quadratic import quadratic_forward, quadratic_self_speculation
 from workbench.speculative.quadratic_mask import quadratic_allowed, quadratic_mask, quadratic_offsets
 from workbench.tokenizer import encode_bytes
+
+from small_models import peaked_model
 
 PAD = 258
 METHODS = [linear_self_speculation, quadratic_self_speculation]
@@ -255,15 +256,8 @@ def test_quadratic_forward_matches_separate_forwards(micro_model):
 # ---------------------------------------------------------------- sampling
 
 def _sampling_model():
-    """1-layer Llama, vocabulary of 6 tokens + [MASK] = 6, peaked distributions (scaled LM head)."""
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=7, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False,
-                      attn_implementation="sdpa")
-    bb = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        bb.lm_head.weight.mul_(8.0)
-    return TriModeLM(bb, 6)
+    """1-layer Llama, vocabulary of 6 tokens + [MASK] = 6, peaked distributions (LM head × 8)."""
+    return peaked_model(8.0)
 
 
 def _exact_ar_distribution(model, prompt, length):
