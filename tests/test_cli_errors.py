@@ -220,7 +220,10 @@ def _in_process_error(cli, *argv) -> str:
     (["--policy", "deer"], "the deer policy needs --drafter <path>"),
     (["--policy", "diffuspec"], "the diffuspec policy needs --proxy <path>"),
     (["--prompt", "@/nonexistent/prompt.py"], "does not exist or is not a file"),
-], ids=["device", "negative_temperature", "sampler_policy", "deer_policy", "diffuspec_policy", "prompt_file"])
+    (["--policy", "ar_sample", "--top_p", "0"], "top_p must be in (0, 1]"),
+    (["--policy", "ar_sample", "--top_k", "-3"], "top_k must be an integer ≥ 0"),
+], ids=["device", "negative_temperature", "sampler_policy", "deer_policy", "diffuspec_policy", "prompt_file", "top_p",
+        "top_k"])
 def test_decode_bad_options(cli, micro_checkpoint, args, needle):
     line = _in_process_error(cli, "decode", "--model", micro_checkpoint, "--gen_len", "8", "--block_length", "4",
                              *args)
