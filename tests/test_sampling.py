@@ -212,3 +212,18 @@ def test_simsd_and_diffuspec_filter_the_distributions_they_compare(name, monkeyp
     assert all(int((p > 0).sum(-1).max()) <= 2 for _, p in seen)
     q_support = max(int((q > 0).sum(-1).max()) for q, _ in seen)
     assert q_support <= 2 if name == "simsd" else q_support > 2
+
+
+def test_command_configs_refuse_bad_filters_in_one_line():
+    """`speculate`, `deer eval` and `leaderboard` check the filters with their other options, before loading a
+    model."""
+    from workbench.deer.evaluate import DeerEvalConfig
+    from workbench.leaderboard.config import LeaderboardConfig
+    from workbench.speculative.cli import SpeculateConfig
+
+    for cfg in (SpeculateConfig(temperature=1.0, top_p=1.5), DeerEvalConfig(temperature=1.0, top_p=1.5),
+                LeaderboardConfig(top_p=1.5)):
+        with pytest.raises(DecodeError, match=r"top_p must be in \(0, 1\]"):
+            cfg.validate()
+    with pytest.raises(DecodeError, match="top_k"):
+        SpeculateConfig(top_k=-1).validate()
