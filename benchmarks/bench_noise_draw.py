@@ -69,9 +69,8 @@ def main() -> None:
     torch.manual_seed(0)
     model, tok, _ = load_model(args.model, add_mask_token=True)
     model.train()
-    if not model.gated:
-        for p in model.parameters():
-            p.requires_grad_(True)
+    for name, p in model.named_parameters():                # a gated adapter trains its LoRA, a full model all
+        p.requires_grad_(not model.gated or "lora_" in name)
     params = [p for p in model.parameters() if p.requires_grad]
     docs = by_split(load_corpus(), "validation")
     tokens = encode_documents(docs, None if args.model == "tiny" else tok)
