@@ -37,6 +37,7 @@ import torch
 from ..decoding.base import DecodeError, DecodeResult, autocast_for, check_lengths, left_pad
 from ..decoding.sampling import NO_TOP_K, NO_TOP_P, check_sampling, sampling_probs
 from ..speculative import greedy_accept, speculative_accept
+from ..speculative.driver import pick_draft
 from ..tokenizer import SEP_ID
 from .attention import draft_block_logits
 from .models import check_vocab_sizes, count_parameters
@@ -61,16 +62,6 @@ class DeerResult(DecodeResult):
         each drafter forward weighted by the parameter ratio (a FLOP proxy)."""
         ratio = self.drafter_params / max(1, self.target_params)
         return len(self.tokens[row]) / max(1e-9, self.extra_forwards[row] + self.forwards[row] * ratio)
-
-
-def _sample(logits: torch.Tensor, temperature: float, g: torch.Generator, top_k: int = NO_TOP_K,
-            top_p: float = NO_TOP_P) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draft ids ``(N, k)`` and distributions ``q`` ``(N, k, V)`` (``q`` is empty at temperature 0)."""
-    if temperature <= 0:
-        return logits.argmax(-1), logits.new_zeros(0)
-    q = sampling_probs(logits, temperature, top_k, top_p)
-    ids = torch.multinomial(q.flatten(0, 1), 1, generator=g).view(q.shape[:2])
-    return ids, q
 
 
 @torch.no_grad()
@@ -126,7 +117,7 @@ def deer_decode(target, drafter, prompts: list[list[int]], gen_len: int, draft_l
             ones = torch.ones((n, k + 1), dtype=torch.bool, device=dev)
             logits = draft_block_logits(drafter, d_pend, block, torch.cat([d_kv, d_pend_valid, ones], 1), d_cache)
             d_kv = torch.cat([d_kv, d_pend_valid], 1)
-            draft, q = _sample(logits[:, 1:], temperature, g, top_k, top_p)
+            draft, q = pick_draft(logits[:, 1:], temperature, g, top_k, top_p)
             w = t_pend.shape[1]
             v_logits = target.extend(torch.cat([t_pend, draft], 1), t_cache,
                                      torch.cat([t_kv, t_pend_valid, ones[:, :k]], 1))[:, w - 1:]

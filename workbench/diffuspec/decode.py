@@ -245,7 +245,7 @@ def _decode_one(target, drafter: BlockDrafter, cache, prompt: list[int], gen_len
         # (greedy picks: the T = 1 distribution; a resampled correction: the residual it was drawn from)
         q_draft = sampling_probs(logp[:a], temperature).gather(
             1, torch.tensor(path[:a], device=logp.device)[:, None])[:, 0]
-        q_next = (acc.next_prob[0] if temperature > 0 and acc.next_prob is not None
+        q_next = (acc.next_prob[0] if acc.next_prob is not None
                   else sampling_probs(v_logits[0, a], temperature, **warp)[nxt])
         res.token_probs[row] += (q_draft.tolist() + [float(q_next)])[:len(take)]
         out += take

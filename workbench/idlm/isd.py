@@ -40,8 +40,8 @@ from ..decoding.sampling import NO_TOP_K, NO_TOP_P, check_sampling, sampling_pro
 from ..model.gated_lora import lora_positions
 from ..speculative.accept import greedy_accept, speculative_accept
 from ..speculative.context import SpecContext
-from ..speculative.driver import (Tally, drafted_probs, emitted_probs, masked_draft_logits, run_speculation,
-                                  token_probs)
+from ..speculative.driver import (Tally, drafted_probs, emitted_probs, masked_draft_logits, pick_draft,
+                                  run_speculation, token_probs)
 
 
 def isd_tpf(accept: list[float]) -> float:
@@ -84,18 +84,17 @@ class ISDSpeculator:
         self.has = torch.zeros(n, dtype=torch.bool, device=ctx.last.device)
         self.q = None
 
-    def _propose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Proposals ``(rows, N − 1)`` from mask logits ``(rows, N − 1, V)`` and the distribution they came from
-        (``None`` at temperature 0)."""
+    def _propose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """Proposals ``(rows, N − 1)`` from mask logits ``(rows, N − 1, V)``, the distribution they came from
+        (``None`` at temperature 0; a point mass for argmax proposals at T > 0) and each proposal's ``q_k``
+        ``(rows, N − 1)`` (I-DLM §2)."""
         z = masked_draft_logits(logits, self.model.mask_token_id)
-        if self.temperature <= 0:
-            return z.argmax(-1), None
-        if self.proposal == "argmax":
+        if self.temperature > 0 and self.proposal == "argmax":
             d = z.argmax(-1)
-            return d, torch.nn.functional.one_hot(d, z.shape[-1]).float()
-        q = sampling_probs(z, self.temperature, **self.warp)
-        rows, k, v = q.shape
-        return torch.multinomial(q.reshape(rows * k, v), 1, generator=self.generator).reshape(rows, k), q
+            q = torch.nn.functional.one_hot(d, z.shape[-1]).float()
+        else:
+            d, q = pick_draft(z, self.temperature, self.generator, **self.warp)
+        return d, q, drafted_probs(z, d, q, self.temperature)
 
     def cycle(self, ctx: SpecContext, tally: Tally, active: torch.Tensor) -> list[list[int]]:
         m, n = self.model, self.n
@@ -140,16 +139,10 @@ class ISDSpeculator:
             next_q = torch.where(p_rows, res.next_prob, next_q)
         self.last_probs = emitted_probs(self.draft_q if self.draft_q is not None else
                                         torch.ones_like(self.draft, dtype=torch.float32), accepted, next_q)
-        d_p, q_p = self._propose(logits[:, n: 2 * n - 1])
-        d_np, q_np = self._propose(logits[:, 1: n])
+        d_p, q_p, dq_p = self._propose(logits[:, n: 2 * n - 1])
+        d_np, q_np, dq_np = self._propose(logits[:, 1: n])
         self.draft = torch.where(p_rows[:, None], d_p, d_np)
-        if self.temperature > 0 and self.proposal == "argmax":
-            self.draft_q = torch.ones_like(self.draft, dtype=torch.float32)       # a point mass
-        else:                                   # sampled proposals: from their q; greedy: softmax at T = 1
-            zp = masked_draft_logits(logits[:, n: 2 * n - 1], m.mask_token_id)
-            znp = masked_draft_logits(logits[:, 1: n], m.mask_token_id)
-            self.draft_q = torch.where(p_rows[:, None], drafted_probs(zp, d_p, q_p, self.temperature),
-                                       drafted_probs(znp, d_np, q_np, self.temperature))
+        self.draft_q = torch.where(p_rows[:, None], dq_p, dq_np)
         if q_p is not None:
             self.q = torch.where(p_rows[:, None, None], q_p, q_np)
         self.has = (full | ~p_rows) & active

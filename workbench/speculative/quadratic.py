@@ -134,8 +134,9 @@ class QuadraticSpeculator:
         rows = torch.arange(draft.shape[0], device=draft.device)
         if self.lam == 1.0:
             next_q = next_token_q(res, ar[rows, res.accepted], self.temperature, **self.warp)
-        else:                                   # p is the sampling distribution already: softmax(log p) = p
-            next_q = next_token_q(res, p[rows, res.accepted].clamp_min(1e-30).log(), 1.0)
+        else:                                   # p is the sampling distribution itself
+            next_q = res.next_prob if res.next_prob is not None else \
+                p[rows, res.accepted].gather(-1, res.next_token[:, None])[:, 0]
         self.last_probs = emitted_probs(self.draft_q, res.accepted, next_q)
         nxt = diff[rows, res.accepted, 1:]
         self.draft, self.q = pick_draft(nxt, self.temperature, self.generator, **self.warp)
