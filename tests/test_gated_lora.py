@@ -360,3 +360,57 @@ def test_bf16_true_casts_weights_not_buffers_and_keeps_ar_mode_the_base(ar_check
     LeaderboardConfig(precision="bf16-true").validate()
     with pytest.raises(DecodeError, match="bf16-true"):
         LeaderboardConfig(precision="fp16").validate()
+
+
+def test_train_lora_aligns_the_gated_adapter_and_keeps_ar_mode_the_base(ar_checkpoint, tmp_path, small_corpus,
+                                                                         capsys):
+    """NLD §3.3's LK-hybrid + CE alignment on a converted model trains its own gated adapter (the draft
+    pathway); the result loads as ``--model <run>/adapter``, AR mode stays the base's and self-speculation
+    stays lossless."""
+    import json
+
+    from workbench.cli import main as cli_main
+    from workbench.drafter.train import LoraTrainConfig, train_lora
+
+    model, tok = _gated(ar_checkpoint)
+    src = save_gated_adapter(model, tmp_path / "src", {"init_from": str(ar_checkpoint),
+                                                       "base_fingerprint": model.base_fingerprint},
+                             dtype=torch.float32)
+    cfg = LoraTrainConfig(init_from=str(src), corpus=str(small_corpus), out_dir=str(tmp_path / "run"), max_steps=3,
+                          batch_size=4, val_every=3, val_windows=4, min_prefix=8, max_prefix=32, draft_length=4,
+                          lr=1e-2, warmup_steps=1, progress_bar=False)
+    out = train_lora(cfg)
+    aligned, _, meta = load_model(str(out))
+    info = meta["adapter_meta"]["drafter_alignment"]
+    assert info["drafter_adapter"] == "gated" and info["global_step"] == 3 and "rank" not in info
+    assert meta["adapter_meta"]["base_fingerprint"] == model.base_fingerprint
+    # the checkpoint holds the gated adapter's tensors only
+    state = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert state["state_dict"] and all("lora_" in k or "trainable_tokens" in k for k in state["state_dict"])
+    source, _, _ = load_model(str(src))
+    base, _, _ = load_model(str(ar_checkpoint))
+    ids = _ids(tok)
+    block = torch.full((2, 5), model.mask_token_id)
+    block[:, 0] = ids[:, -1]
+    valid = torch.ones(2, ids.shape[1] + 5, dtype=torch.bool)
+    with torch.no_grad():
+        outs = []
+        for m in (source, aligned):
+            cache = m.new_cache()
+            outs.append((m.extend(ids, cache, valid[:, :ids.shape[1]]), m.diffusion_logits(block, cache, valid)))
+        want = base.extend(ids, base.new_cache(), valid[:, :ids.shape[1]])
+    assert not torch.allclose(outs[0][1], outs[1][1], atol=1e-3)            # the draft pathway trained
+    assert torch.equal(outs[1][0][..., :want.shape[-1]], want)               # AR mode is the base's exactly
+    prompts = [list(range(5, 25)), list(range(40, 52))]
+    assert get_policy("ss_linear")(aligned, prompts, 24, draft_length=4).tokens == \
+        get_policy("ar_greedy")(base, prompts, 24).tokens
+    # the wrong kind of adapter for the model: one line, exit 2, nothing written
+    capsys.readouterr()
+    for init, choice, needle in ((str(ar_checkpoint), "gated", "carries no gated LoRA"),
+                                 (str(src), "new", "is a gated-LoRA model")):
+        run = tmp_path / f"bad_{choice}"
+        code = cli_main(["train", "lora", "--init_from", init, "--drafter_adapter", choice, "--corpus",
+                         str(small_corpus), "--out_dir", str(run)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and needle in err[0] and not run.exists()
+    assert json.loads((out / "adapter_config.json").read_text())["r"] == 4      # the source adapter's rank

@@ -28,7 +28,7 @@
 #             TEACHER_TIME), then `collect` (the answers' teacher.json comes back in legs.tgz). If the fresh
 #             answers are not complete in time, the leg trains on the carried ones alone
 #   store     issue 26 §3 on a GPU, for a short lease (`setup` as for `leg`, the shipped adapter in .gpu/init, then
-#             `store` with chunk b): the planned 1 M-row store of smollm2-135m-trimode (STORE_CONFIG, default
+#             `store` with chunk b and .gpu/store_whl: zarr and its dependencies, which the image lacks): the planned 1 M-row store of smollm2-135m-trimode (STORE_CONFIG, default
 #             smollm2_collect.yaml at B = 8, or smollm2_collect_b32.yaml with
 #             FRONTIER_OPTS="--block_length 32 --batch_size 64"; STORE_OPTS), its `store info`, then
 #             scripts/sampler_frontier.py on it (the sampler pair and the frontier against confidence,
@@ -189,6 +189,10 @@ PYEOF
     bash "$0" collect
     ;;
   store)
+    if compgen -G ".gpu/store_whl/*.whl" > /dev/null; then
+      $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/store_whl/*.whl
+    fi
+    $PY -c "import zarr" || { echo "zarr is missing: carry .gpu/store_whl (pack_lease.sh pack) with this call" >&2; exit 2; }
     build_cache
     asset=workbench/assets/smollm2-135m-trimode   # pack_lease.sh leaves its weights out of the tree: .gpu/init
     if [[ ! -f $asset/adapter_model.safetensors ]]; then cp "$ROOT"/init/* "$asset/"; fi

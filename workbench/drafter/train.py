@@ -31,6 +31,8 @@ from .losses import DEFAULT_LOSS, check_loss_name
 from .module import LoraDrafterModule
 
 DEFAULT_BASE = "builtin:tiny"  # = workbench/assets/tiny
+#: Values of ``LoraTrainConfig.drafter_adapter``.
+DRAFTER_ADAPTERS = ("auto", "new", "gated")
 
 
 @dataclass
@@ -49,6 +51,12 @@ class LoraTrainConfig(DeviceConfig):
     """Run directory: config, logs, checkpoints, metrics and the adapter in ``adapter/``."""
     loss: str = DEFAULT_LOSS
     """Loss variant: kl, tv, ce, lk_alpha, lk_hybrid, lk_hybrid_ce (NLD Eq. 9, default)."""
+    drafter_adapter: str = "auto"
+    """Which LoRA the loss trains: 'new' adds one on ``target_modules`` (NLD §3.3: o_proj, rank 128); 'gated'
+    continues the gated LoRA of a converted model (e.g. smollm2-135m-trimode), whose diffusion pathway is that
+    adapter and whose AR verifier is the base, at the adapter's own rank and modules (``rank``, ``lora_alpha``
+    and ``target_modules`` are then unused); 'auto' picks 'gated' for a model that carries a gated LoRA, else
+    'new'."""
     rank: int = 128
     """LoRA rank r (NLD §3.3: 128; the demo's small setting is ``configs/lora_tiny.yaml``, r = 16)."""
     lora_alpha: float = 512.0
@@ -129,6 +137,8 @@ class LoraTrainConfig(DeviceConfig):
         """Raise a one-line ``ValueError`` for an inconsistent configuration."""
         self.validate_devices()
         check_loss_name(self.loss)
+        if self.drafter_adapter not in DRAFTER_ADAPTERS:
+            raise ValueError(f"unknown drafter_adapter {self.drafter_adapter!r}; valid: {', '.join(DRAFTER_ADAPTERS)}")
         if self.rank <= 0:
             raise ValueError(f"LoRA rank must be positive, got {self.rank}")
         if self.lora_alpha <= 0:
@@ -178,16 +188,35 @@ class LastAfterValidation(ModelCheckpoint):
             trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt")
 
 
-def load_base(spec: str, device: str = "cpu", add_mask_token: bool = False):
-    """Load the tri-mode checkpoint ``spec`` ('builtin:<name>' or a directory) → (model, tokenizer);
-    ``add_mask_token`` as in :func:`~workbench.model.load.load_model`.
+def load_base(spec: str, device: str = "cpu", add_mask_token: bool = False, trainable_adapter: bool = False):
+    """Load the tri-mode checkpoint ``spec`` (any ``--model`` value) → (model, tokenizer);
+    ``add_mask_token`` and ``trainable_adapter`` (a gated adapter in its training form) as in
+    :func:`~workbench.model.load.load_model`.
 
     Raises :class:`~workbench.model.io.CheckpointError` for a missing or non-Hugging-Face path.
     """
     from ..model.load import load_model
 
-    model, tok, _ = load_model(spec, device, add_mask_token)
+    model, tok, _ = load_model(spec, device, add_mask_token, trainable_adapter=trainable_adapter)
     return model, tok
+
+
+def drafter_kind(spec: str, choice: str) -> str:
+    """'new' or 'gated': the LoRA that ``train lora`` trains on the model ``spec`` for ``drafter_adapter`` =
+    ``choice`` (see :class:`LoraTrainConfig`). Raises ``ValueError`` (one line) for 'gated' on a model without
+    a gated LoRA, or 'new' on one with it (a second LoRA on the draft pathway of a gated model is not
+    supported)."""
+    from ..model.named import resolve
+
+    gated = resolve(str(spec))[1] is not None
+    if choice == "auto":
+        return "gated" if gated else "new"
+    if choice == "gated" and not gated:
+        raise ValueError(f"{spec} carries no gated LoRA to continue; use --drafter_adapter new (or auto)")
+    if choice == "new" and gated:
+        raise ValueError(f"{spec} is a gated-LoRA model: its draft pathway is that adapter; align it with "
+                         "--drafter_adapter gated (or auto)")
+    return choice
 
 
 def _check_context(model, cfg: LoraTrainConfig) -> None:
@@ -229,9 +258,11 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
     :class:`~workbench.corpus.CorpusError` for an empty corpus — all before anything is written.
     """
     cfg.validate()
-    model, tok = load_base(cfg.init_from, add_mask_token=cfg.add_mask_token)
+    kind = drafter_kind(cfg.init_from, cfg.drafter_adapter)
+    model, tok = load_base(cfg.init_from, add_mask_token=cfg.add_mask_token, trainable_adapter=kind == "gated")
     _check_context(model, cfg)
-    cfg.target_modules = resolve_target_modules(model.backbone, list(cfg.target_modules))   # before any output
+    if kind == "new":
+        cfg.target_modules = resolve_target_modules(model.backbone, list(cfg.target_modules))   # before any output
     ckpt_dir = Path(cfg.out_dir) / "checkpoints"
     best = ModelCheckpoint(dirpath=ckpt_dir, filename="best-{step}", monitor=cfg.monitor, mode="max", save_top_k=1,
                            auto_insert_metric_name=False, save_on_train_epoch_end=False)
@@ -247,7 +278,8 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     data = _build_data(model, tok, cfg, out)
     data.per_device_batch = plan.per_device
-    add_lora(model, cfg.rank, cfg.lora_alpha, cfg.lora_dropout, cfg.target_modules)
+    if kind == "new":
+        add_lora(model, cfg.rank, cfg.lora_alpha, cfg.lora_dropout, cfg.target_modules)
     model.train()                    # Llama has no dropout here; only LoRA dropout reacts to the mode
     module = LoraDrafterModule(model, cfg, pad_id=_pad_id(tok))
     warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
@@ -268,14 +300,16 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
         state = torch.load(best_path, map_location="cpu", weights_only=False)["state_dict"]
         module.load_state_dict(state, strict=False)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    info = {"init_from": cfg.init_from, "loss": cfg.loss, "draft_length": cfg.draft_length, "rank": cfg.rank,
-            "lora_alpha": cfg.lora_alpha, "target_modules": list(cfg.target_modules), "global_step": trainer.global_step,
+    info = {"init_from": cfg.init_from, "drafter_adapter": kind, "loss": cfg.loss, "draft_length": cfg.draft_length,
+            **({"rank": cfg.rank, "lora_alpha": cfg.lora_alpha, "target_modules": list(cfg.target_modules)}
+               if kind == "new" else {}),
+            "global_step": trainer.global_step,
             "best_checkpoint": Path(best_path).name if best_path else None,
             "best_score": float(best.best_model_score) if best.best_model_score is not None else None,
             "monitor": cfg.monitor, "train_config": asdict(cfg)}
     fit_vals = [v for v in module.validations if cfg.monitor in v]
     info["best_validation"] = max(fit_vals, key=lambda v: v[cfg.monitor]) if fit_vals else None
-    adapter = save_adapter(model, out / "adapter", info)
+    adapter = save_adapter(model, out / "adapter", info) if kind == "new" else save_aligned_gated(model, cfg, info, out)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     (out / "metrics.json").write_text(json.dumps({
         "global_step": trainer.global_step, "wall_s_this_run": wall, "trainable_params": trainable,
@@ -283,6 +317,20 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
         "best_validation": info["best_validation"], "validations": module.validations, "final": metrics},
         indent=2) + "\n")
     return adapter
+
+
+def save_aligned_gated(model, cfg: LoraTrainConfig, info: dict, out: Path) -> Path:
+    """Save the aligned gated adapter as ``out/adapter``: a gated-adapter folder that loads as ``--model
+    out/adapter`` on the same base (:func:`~workbench.model.gated_lora.save_gated_adapter`), its
+    ``workbench.json`` the source adapter's (base, fingerprint, conversion legs) plus ``drafter_alignment`` =
+    ``info``. Written in ``out/adapter.partial`` and renamed (never half-written)."""
+    from ..model.gated_lora import save_gated_adapter
+    from ..model.io import read_workbench_json
+    from ..model.named import resolve
+
+    source = resolve(str(cfg.init_from))[1]
+    meta = {**read_workbench_json(source), "drafter_alignment": info}
+    return save_gated_adapter(model, out / "adapter", meta)
 
 
 def main(argv: list[str]) -> int:

@@ -65,13 +65,16 @@ def attach_adapter(model, tok, adapter_dir, trainable: bool = False):
     return out, tok
 
 
-def load_model(spec: str, device="cpu", add_mask_token: bool = False, dtype: torch.dtype = torch.float32):
+def load_model(spec: str, device="cpu", add_mask_token: bool = False, dtype: torch.dtype = torch.float32,
+               trainable_adapter: bool = False):
     """Load ``spec`` → ``(TriModeLM, tokenizer, workbench_meta)``.
 
     ``spec``: ``tiny`` / ``builtin:tiny`` (shipped), a named real model (``smollm2-135m``, fetched into the cache
     on first use), a named base + shipped gated adapter (``smollm2-135m-trimode``), a checkpoint directory, or a
     gated-adapter folder (a ``workbench train lm`` run's ``model/``, loaded on the base its ``workbench.json``
     names).
+    ``trainable_adapter``: load a gated adapter in its training form (peft layers, gradients on its LoRA
+    matrices and mask row; :func:`~workbench.model.gated_lora.load_gated_lora`) instead of the inference form.
     Raises :class:`~workbench.model.io.CheckpointError` (one line) for anything that cannot be loaded.
     """
     from .named import resolve
@@ -80,7 +83,7 @@ def load_model(spec: str, device="cpu", add_mask_token: bool = False, dtype: tor
     model, tok, meta = load_checkpoint(path, add_mask_token=add_mask_token and adapter is None, device=device,
                                        dtype=dtype)
     if adapter is not None:
-        model, tok = attach_adapter(model, tok, adapter)
+        model, tok = attach_adapter(model, tok, adapter, trainable=trainable_adapter)
         meta = {**meta, "adapter": str(adapter), "adapter_meta": read_workbench_json(adapter)}
     return model, tok, meta
 
