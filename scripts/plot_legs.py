@@ -7,7 +7,8 @@ per leg. A ``--branch`` adds a run that continued the same leg but was not shipp
 comparison of training data), drawn from the tokens where it branched off. Usage::
 
     python scripts/plot_legs.py workbench/assets/smollm2-135m-trimode docs/smollm2_val_tau.png \
-        --branch "leg 4, data arm (stdlib text)" docs/smollm2_trimode_gpu4_data_log.csv 3
+        --branch "leg 4, data arm (stdlib text)" docs/smollm2_trimode_gpu4_data_log.csv 3 \
+        --branch "leg 6, fresh answers" docs/smollm2_trimode_gpu6_distill_log.csv 5 16384
 """
 from __future__ import annotations
 
@@ -52,18 +53,22 @@ def _val_rows(log: pd.DataFrame, leg, offset: float, per_step: float, device: st
 OBJECTIVES = {"nld": ("linear self-speculation τ, k = {k}", 2.5), "idlm": ("ISD tokens per forward, N = {k}", 2.0)}
 
 
-def branch_points(asset: Path, log: Path, after_leg: int, label: str) -> pd.DataFrame:
+def branch_points(asset: Path, log: Path, after_leg: int, label: str,
+                  tokens_per_step: float | None = None) -> pd.DataFrame:
     """The validation rows of a run that continued ``asset`` after leg ``after_leg`` without being shipped, in the
-    columns of :func:`leg_points` (``leg`` = ``label``); its tokens per step are those of leg ``after_leg + 1``.
-    Raises ``ValueError`` when ``asset`` has no leg ``after_leg + 1`` or the log no validation row,
-    ``FileNotFoundError`` for a missing log."""
+    columns of :func:`leg_points` (``leg`` = ``label``); its tokens per step are ``tokens_per_step`` (batch ×
+    sequence length) or, when not given, those of leg ``after_leg + 1``.
+    Raises ``ValueError`` when ``asset`` has no leg ``after_leg`` (or, without ``tokens_per_step``, no leg
+    ``after_leg + 1``) or the log no validation row, ``FileNotFoundError`` for a missing log."""
     legs = json.loads((asset / "workbench.json").read_text())["legs"]
-    if not 1 <= after_leg < len(legs):
+    last = len(legs) if tokens_per_step else len(legs) - 1
+    if not 1 <= after_leg <= last:
         raise ValueError(f"--branch after leg {after_leg}: {asset} has legs 1..{len(legs)}, and a branch needs the "
-                         "shipped leg after it for its tokens per step")
-    nxt = legs[after_leg]
+                         "shipped leg after it for its tokens per step (or give them)")
+    nxt = legs[after_leg] if after_leg < len(legs) else {}
+    per_step = tokens_per_step or nxt["train_tokens"] / nxt["steps"]
     rows = _val_rows(pd.read_csv(log), label, sum(leg["train_tokens"] for leg in legs[:after_leg]),
-                     nxt["train_tokens"] / nxt["steps"], nxt.get("device", ""))
+                     per_step, nxt.get("device", ""))
     if not rows:
         raise ValueError(f"{log} has no validation rows (val/tau): nothing to plot for the branch {label!r}")
     return pd.DataFrame(rows)
@@ -74,7 +79,7 @@ def plot(points: pd.DataFrame, out: Path, title: str, objective: str = "nld", k:
     """Write the plot of :func:`leg_points` (and of each :func:`branch_points` frame in ``branches``, grey) to
     ``out`` (PNG); ``objective`` / ``k`` label the decoded acceptance (:data:`OBJECTIVES`) and draw its target."""
     what, target = OBJECTIVES[objective]
-    fig, ax = plt.subplots(figsize=(7.2, 4.6))
+    fig, ax = plt.subplots(figsize=(9.6, 4.6))
     for leg, g in points.groupby("leg"):
         dev = "GPU" if "GPU" in str(g["device"].iloc[0]) or "H100" in str(g["device"].iloc[0]) else "CPU"
         ax.plot(g["tokens"] / 1e6, g["val/tau"], "o-", label=f"leg {leg} ({dev}): {what.format(k=k)}")
@@ -86,7 +91,7 @@ def plot(points: pd.DataFrame, out: Path, title: str, objective: str = "nld", k:
     ax.set_xlabel("training tokens (millions)")
     ax.set_ylabel("validation acceptance (tokens per cycle)")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(alpha=0.3)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -97,11 +102,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("asset", type=Path)
     ap.add_argument("out", type=Path)
-    ap.add_argument("--branch", nargs=3, action="append", default=[], metavar=("LABEL", "LOG_CSV", "AFTER_LEG"),
-                    help="a run that continued leg AFTER_LEG and was not shipped, with its Lightning CSV log")
+    ap.add_argument("--branch", nargs="+", action="append", default=[],
+                    metavar="LABEL LOG_CSV AFTER_LEG [TOKENS_PER_STEP]",
+                    help="a run that continued leg AFTER_LEG and was not shipped, with its Lightning CSV log; "
+                         "TOKENS_PER_STEP (batch x sequence length) is needed after the last shipped leg")
     a = ap.parse_args()
+    for b in a.branch:
+        if len(b) not in (3, 4):
+            ap.error(f"--branch takes LABEL LOG_CSV AFTER_LEG [TOKENS_PER_STEP], got {len(b)} values")
     pts = leg_points(a.asset)
-    branches = [branch_points(a.asset, Path(log), int(after), label) for label, log, after in a.branch]
+    branches = [branch_points(a.asset, Path(b[1]), int(b[2]), b[0], float(b[3]) if len(b) == 4 else None)
+                for b in a.branch]
     print(pd.concat([pts, *branches]).drop(columns="device").to_string(index=False))
     meta = json.loads((a.asset / "workbench.json").read_text())
     k = (meta.get("train_config") or {}).get("val_draft_length", 8)

@@ -86,6 +86,11 @@ def test_append_leg_to_an_adapter_and_plot_acceptance_over_legs(tmp_path):
     assert arm["val/tau"].tolist() == [2.05, 2.15] and set(arm["leg"]) == {"data arm"}
     with pytest.raises(ValueError, match="legs 1..2"):
         plot_legs.branch_points(shipped, tmp_path / "arm.csv", 2, "x")
+    # after the last shipped leg, with its tokens per step given
+    after = plot_legs.branch_points(shipped, tmp_path / "arm.csv", 2, "after", tokens_per_step=1000)
+    assert after["tokens"].tolist() == [10 * 16384 + 6 * 2048 + 2 * 1000, 10 * 16384 + 6 * 2048 + 4 * 1000]
+    with pytest.raises(ValueError, match="legs 1..2"):
+        plot_legs.branch_points(shipped, tmp_path / "arm.csv", 3, "x", tokens_per_step=1000)
     pd.DataFrame({"step": [0], "train/loss": [3.0]}).to_csv(tmp_path / "noval.csv", index=False)
     with pytest.raises(ValueError, match="no validation rows"):
         plot_legs.branch_points(shipped, tmp_path / "noval.csv", 1, "x")
