@@ -61,12 +61,15 @@ def branch_points(asset: Path, log: Path, after_leg: int, label: str,
     Raises ``ValueError`` when ``asset`` has no leg ``after_leg`` (or, without ``tokens_per_step``, no leg
     ``after_leg + 1``) or the log no validation row, ``FileNotFoundError`` for a missing log."""
     legs = json.loads((asset / "workbench.json").read_text())["legs"]
-    last = len(legs) if tokens_per_step else len(legs) - 1
+    if tokens_per_step is not None and not tokens_per_step > 0:
+        raise ValueError(f"--branch tokens per step must be positive, got {tokens_per_step}")
+    last = len(legs) if tokens_per_step is not None else len(legs) - 1
     if not 1 <= after_leg <= last:
         raise ValueError(f"--branch after leg {after_leg}: {asset} has legs 1..{len(legs)}, and a branch needs the "
-                         "shipped leg after it for its tokens per step (or give them)")
+                         "shipped leg after it for its tokens per step" +
+                         ("" if tokens_per_step is not None else " (or give them)"))
     nxt = legs[after_leg] if after_leg < len(legs) else {}
-    per_step = tokens_per_step or nxt["train_tokens"] / nxt["steps"]
+    per_step = tokens_per_step if tokens_per_step is not None else nxt["train_tokens"] / nxt["steps"]
     rows = _val_rows(pd.read_csv(log), label, sum(leg["train_tokens"] for leg in legs[:after_leg]),
                      per_step, nxt.get("device", ""))
     if not rows:

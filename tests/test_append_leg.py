@@ -91,6 +91,8 @@ def test_append_leg_to_an_adapter_and_plot_acceptance_over_legs(tmp_path):
     assert after["tokens"].tolist() == [10 * 16384 + 6 * 2048 + 2 * 1000, 10 * 16384 + 6 * 2048 + 4 * 1000]
     with pytest.raises(ValueError, match="legs 1..2"):
         plot_legs.branch_points(shipped, tmp_path / "arm.csv", 3, "x", tokens_per_step=1000)
+    with pytest.raises(ValueError, match="must be positive"):
+        plot_legs.branch_points(shipped, tmp_path / "arm.csv", 2, "x", tokens_per_step=0)
     pd.DataFrame({"step": [0], "train/loss": [3.0]}).to_csv(tmp_path / "noval.csv", index=False)
     with pytest.raises(ValueError, match="no validation rows"):
         plot_legs.branch_points(shipped, tmp_path / "noval.csv", 1, "x")

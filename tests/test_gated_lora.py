@@ -373,9 +373,10 @@ def test_train_lora_aligns_the_gated_adapter_and_keeps_ar_mode_the_base(ar_check
     from workbench.drafter.train import LoraTrainConfig, train_lora
 
     model, tok = _gated(ar_checkpoint)
+    # bf16, as shipped adapters are: the aligned adapter is saved in its source's precision, so an unchanged
+    # adapter would come back bit for bit
     src = save_gated_adapter(model, tmp_path / "src", {"init_from": str(ar_checkpoint),
-                                                       "base_fingerprint": model.base_fingerprint},
-                             dtype=torch.float32)
+                                                       "base_fingerprint": model.base_fingerprint})
     cfg = LoraTrainConfig(init_from=str(src), corpus=str(small_corpus), out_dir=str(tmp_path / "run"), max_steps=3,
                           batch_size=4, val_every=3, val_windows=4, min_prefix=8, max_prefix=32, draft_length=4,
                           lr=1e-2, warmup_steps=1, progress_bar=False)
@@ -387,6 +388,8 @@ def test_train_lora_aligns_the_gated_adapter_and_keeps_ar_mode_the_base(ar_check
     # the checkpoint holds the gated adapter's tensors only
     state = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert state["state_dict"] and all("lora_" in k or "trainable_tokens" in k for k in state["state_dict"])
+    assert any("trainable_tokens" in k for k in state["state_dict"])           # the mask row trains too
+    assert "rank" not in info["train_config"]                                 # the source adapter's rank applies
     source, _, _ = load_model(str(src))
     base, _, _ = load_model(str(ar_checkpoint))
     ids = _ids(tok)

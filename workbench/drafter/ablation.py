@@ -30,7 +30,7 @@ def train_variants(base_cfg, losses: list[str], out_dir: Path) -> dict[str, Path
     runs = {}
     for loss in losses:
         run = out_dir / loss
-        cfg = replace(base_cfg, loss=loss, out_dir=str(run))
+        cfg = replace(base_cfg, loss=loss, out_dir=str(run), drafter_adapter="new")   # evaluated as a stacked LoRA
         cfg.validate()
         done = run / "metrics.json"
         if not (done.is_file() and json.loads(done.read_text()).get("global_step") == cfg.max_steps

@@ -33,6 +33,8 @@ from .module import LoraDrafterModule
 DEFAULT_BASE = "builtin:tiny"  # = workbench/assets/tiny
 #: Values of ``LoraTrainConfig.drafter_adapter``.
 DRAFTER_ADAPTERS = ("auto", "new", "gated")
+#: Fields of a new LoRA only (unused when the gated adapter of a converted model trains).
+NEW_LORA_FIELDS = ("rank", "lora_alpha", "lora_dropout", "target_modules")
 
 
 @dataclass
@@ -306,7 +308,8 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
             "global_step": trainer.global_step,
             "best_checkpoint": Path(best_path).name if best_path else None,
             "best_score": float(best.best_model_score) if best.best_model_score is not None else None,
-            "monitor": cfg.monitor, "train_config": asdict(cfg)}
+            "monitor": cfg.monitor, "train_config": {k: v for k, v in asdict(cfg).items()
+                                                      if kind == "new" or k not in NEW_LORA_FIELDS}}
     fit_vals = [v for v in module.validations if cfg.monitor in v]
     info["best_validation"] = max(fit_vals, key=lambda v: v[cfg.monitor]) if fit_vals else None
     adapter = save_adapter(model, out / "adapter", info) if kind == "new" else save_aligned_gated(model, cfg, info, out)
@@ -330,7 +333,8 @@ def save_aligned_gated(model, cfg: LoraTrainConfig, info: dict, out: Path) -> Pa
 
     source = resolve(str(cfg.init_from))[1]
     meta = {**read_workbench_json(source), "drafter_alignment": info}
-    return save_gated_adapter(model, out / "adapter", meta)
+    dtype = getattr(torch, str(meta.get("adapter_dtype", "bfloat16")))        # the source adapter's precision
+    return save_gated_adapter(model, out / "adapter", meta, dtype=dtype)
 
 
 def main(argv: list[str]) -> int:

@@ -27,7 +27,8 @@ def lora_stage(model_spec: str, corpus: str, run: Path, steps: int, n_prompts: i
     tcfg = parse_dataclass("lora", LoraTrainConfig, [
         "--config", str(LORA_CONFIG), "--init_from", str(model_spec), "--corpus", corpus,
         "--out_dir", str(run / "lora"), "--max_steps", str(steps), "--val_every", str(max(1, steps // 2)),
-        "--val_windows", "64", "--progress_bar", str(progress_bar).lower()])
+        "--val_windows", "64", "--progress_bar", str(progress_bar).lower(),
+        "--drafter_adapter", "new"])           # a new o_proj LoRA, evaluated stacked on the model below
     adapter = train_lora(tcfg)
     ev = run / "lora_eval"
     ev.mkdir(parents=True, exist_ok=True)
