@@ -23,6 +23,21 @@ def _gated(ckpt, rank=4, seed=0, alpha=None):
     return model, tok
 
 
+def _cached_ar_and_block(models, base, ids, width):
+    """For each of ``models``: the AR logits of ``ids`` (extending a fresh cache) and the diffusion logits of a
+    ``width``-token block ``[ids[:, -1], mask, ...]`` after them; and ``base``'s AR logits of ``ids``."""
+    block = torch.full((ids.shape[0], width), models[0].mask_token_id)
+    block[:, 0] = ids[:, -1]
+    valid = torch.ones(ids.shape[0], ids.shape[1] + width, dtype=torch.bool)
+    outs = []
+    with torch.no_grad():
+        for m in models:
+            cache = m.new_cache()
+            outs.append((m.extend(ids, cache, valid[:, :ids.shape[1]]), m.diffusion_logits(block, cache, valid)))
+        want = base.extend(ids, base.new_cache(), valid[:, :ids.shape[1]])
+    return outs, want
+
+
 def _ids(tok, n=2, length=16):
     text = "def parse(value):\n    return json.loads(value) if value else None\n" * 3
     ids = tok(text, add_special_tokens=False)["input_ids"][:length]
@@ -126,16 +141,7 @@ def test_adapter_round_trip_plain_peft_and_fingerprint(ar_checkpoint, tmp_path):
     assert not any(isinstance(m, TrainableTokensWrapper) for m in again.backbone.modules())
     assert any(isinstance(m, TrainableTokensWrapper) for m in model.backbone.modules())
     base_only, _, _ = load_model(str(ar_checkpoint))
-    block = torch.full((2, 4), model.mask_token_id)
-    block[:, 0] = ids[:, -1]
-    valid = torch.ones(2, ids.shape[1] + 4, dtype=torch.bool)
-    with torch.no_grad():
-        outs = []
-        for m in (model, again):
-            cache = m.new_cache()
-            ar = m.extend(ids, cache, valid[:, :ids.shape[1]])
-            outs.append((ar, m.diffusion_logits(block, cache, valid)))
-        want = base_only.extend(ids, base_only.new_cache(), valid[:, :ids.shape[1]])
+    outs, want = _cached_ar_and_block((model, again), base_only, ids, 4)
     assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[1][0][..., :want.shape[-1]], want)
     torch.testing.assert_close(outs[1][1], outs[0][1], atol=1e-6, rtol=1e-6)
     # plain peft reloads the weights on the base with the mask row added
@@ -393,15 +399,7 @@ def test_train_lora_aligns_the_gated_adapter_and_keeps_ar_mode_the_base(ar_check
     source, _, _ = load_model(str(src))
     base, _, _ = load_model(str(ar_checkpoint))
     ids = _ids(tok)
-    block = torch.full((2, 5), model.mask_token_id)
-    block[:, 0] = ids[:, -1]
-    valid = torch.ones(2, ids.shape[1] + 5, dtype=torch.bool)
-    with torch.no_grad():
-        outs = []
-        for m in (source, aligned):
-            cache = m.new_cache()
-            outs.append((m.extend(ids, cache, valid[:, :ids.shape[1]]), m.diffusion_logits(block, cache, valid)))
-        want = base.extend(ids, base.new_cache(), valid[:, :ids.shape[1]])
+    outs, want = _cached_ar_and_block((source, aligned), base, ids, 5)
     assert not torch.allclose(outs[0][1], outs[1][1], atol=1e-3)            # the draft pathway trained
     assert torch.equal(outs[1][0][..., :want.shape[-1]], want)               # AR mode is the base's exactly
     prompts = [list(range(5, 25)), list(range(40, 52))]
