@@ -24,22 +24,9 @@ import torch
 
 from workbench.corpus import by_split, load_corpus
 from workbench.data import EvenWindows, encode_documents
+from workbench.model.load import load_model
 from workbench.model.losses import diffusion_loss
 from workbench.model.noise import NOISE_PER, mask_blocks
-
-
-def load_trainable(spec: str):
-    """``(model, tokenizer)`` of ``spec`` (:func:`~workbench.model.load.load_model`'s names) in its training form: a
-    named base + gated adapter keeps peft's trainable LoRA layers (the inference form caches ``B`` detached)."""
-    from workbench.model.io import load_checkpoint
-    from workbench.model.load import attach_adapter
-    from workbench.model.named import resolve
-
-    path, adapter = resolve(spec)
-    model, tok, _ = load_checkpoint(path, add_mask_token=adapter is None)
-    if adapter is not None:
-        model, tok = attach_adapter(model, tok, adapter, trainable=True)
-    return model, tok
 
 
 class Moments:
@@ -80,7 +67,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model, tok = load_trainable(args.model)
+    model, tok, _ = load_model(args.model, add_mask_token=True, trainable_adapter=True)   # LoRA in training form
     model.train()
     for name, p in model.named_parameters():                # a gated adapter trains its LoRA, a full model all
         p.requires_grad_(not model.gated or "lora_" in name)

@@ -190,16 +190,15 @@ class LastAfterValidation(ModelCheckpoint):
             trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt")
 
 
-def load_base(spec: str, device: str = "cpu", add_mask_token: bool = False, trainable_adapter: bool = False):
-    """Load the tri-mode checkpoint ``spec`` (any ``--model`` value) → (model, tokenizer);
-    ``add_mask_token`` and ``trainable_adapter`` (a gated adapter in its training form) as in
-    :func:`~workbench.model.load.load_model`.
+def load_base(spec: str, device: str = "cpu", add_mask_token: bool = False):
+    """Load the tri-mode checkpoint ``spec`` ('builtin:<name>' or a directory) → (model, tokenizer);
+    ``add_mask_token`` as in :func:`~workbench.model.load.load_model`.
 
     Raises :class:`~workbench.model.io.CheckpointError` for a missing or non-Hugging-Face path.
     """
     from ..model.load import load_model
 
-    model, tok, _ = load_model(spec, device, add_mask_token, trainable_adapter=trainable_adapter)
+    model, tok, _ = load_model(spec, device, add_mask_token)
     return model, tok
 
 
@@ -260,8 +259,10 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
     :class:`~workbench.corpus.CorpusError` for an empty corpus — all before anything is written.
     """
     cfg.validate()
+    from ..model.load import load_model
+
     kind = drafter_kind(cfg.init_from, cfg.drafter_adapter)
-    model, tok = load_base(cfg.init_from, add_mask_token=cfg.add_mask_token, trainable_adapter=kind == "gated")
+    model, tok, meta = load_model(cfg.init_from, add_mask_token=cfg.add_mask_token, trainable_adapter=kind == "gated")
     _check_context(model, cfg)
     if kind == "new":
         cfg.target_modules = resolve_target_modules(model.backbone, list(cfg.target_modules))   # before any output
@@ -312,7 +313,8 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
                                                       if kind == "new" or k not in NEW_LORA_FIELDS}}
     fit_vals = [v for v in module.validations if cfg.monitor in v]
     info["best_validation"] = max(fit_vals, key=lambda v: v[cfg.monitor]) if fit_vals else None
-    adapter = save_adapter(model, out / "adapter", info) if kind == "new" else save_aligned_gated(model, cfg, info, out)
+    adapter = (save_adapter(model, out / "adapter", info) if kind == "new"
+               else save_aligned_gated(model, meta["adapter_meta"], info, out))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     (out / "metrics.json").write_text(json.dumps({
         "global_step": trainer.global_step, "wall_s_this_run": wall, "trainable_params": trainable,
@@ -322,17 +324,14 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
     return adapter
 
 
-def save_aligned_gated(model, cfg: LoraTrainConfig, info: dict, out: Path) -> Path:
+def save_aligned_gated(model, source_meta: dict, info: dict, out: Path) -> Path:
     """Save the aligned gated adapter as ``out/adapter``: a gated-adapter folder that loads as ``--model
     out/adapter`` on the same base (:func:`~workbench.model.gated_lora.save_gated_adapter`), its
-    ``workbench.json`` the source adapter's (base, fingerprint, conversion legs) plus ``drafter_alignment`` =
-    ``info``. Written in ``out/adapter.partial`` and renamed (never half-written)."""
+    ``workbench.json`` the source adapter's ``source_meta`` (base, fingerprint, conversion legs) plus
+    ``drafter_alignment`` = ``info``. Written in ``out/adapter.partial`` and renamed (never half-written)."""
     from ..model.gated_lora import save_gated_adapter
-    from ..model.io import read_workbench_json
-    from ..model.named import resolve
 
-    source = resolve(str(cfg.init_from))[1]
-    meta = {**read_workbench_json(source), "drafter_alignment": info}
+    meta = {**source_meta, "drafter_alignment": info}
     dtype = getattr(torch, str(meta.get("adapter_dtype", "bfloat16")))        # the source adapter's precision
     return save_gated_adapter(model, out / "adapter", meta, dtype=dtype)
 
