@@ -415,3 +415,40 @@ def test_train_lora_aligns_the_gated_adapter_and_keeps_ar_mode_the_base(ar_check
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and needle in err[0] and not run.exists()
     assert json.loads((out / "adapter_config.json").read_text())["r"] == 4      # the source adapter's rank
+    # resuming the gated run on the plain model (a new LoRA) is refused: one line, exit 2, the run untouched
+    run, last = tmp_path / "run", tmp_path / "run" / "checkpoints" / "last.ckpt"
+    before = {f: f.read_bytes() for f in run.rglob("*") if f.is_file()}
+    code = cli_main(["train", "lora", "--init_from", str(ar_checkpoint), "--corpus", str(small_corpus), "--out_dir",
+                     str(run), "--max_steps", "3", "--val_every", "3", "--batch_size", "4", "--val_windows", "4"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "trained a 'gated' drafter adapter" in err[0], err
+    assert {f: f.read_bytes() for f in run.rglob("*") if f.is_file()} == before
+    # a checkpoint that does not record its kind: its tensor names are checked as it loads (non-strictly)
+    state.pop("drafter_adapter")
+    torch.save(state, last)
+    with pytest.raises(ValueError, match=r"holds other trainable tensors than this run \(\d+ missing"):
+        train_lora(LoraTrainConfig(init_from=str(ar_checkpoint), corpus=str(small_corpus), out_dir=str(run),
+                                   max_steps=3, batch_size=4, val_every=3, val_windows=4, min_prefix=8,
+                                   max_prefix=32, draft_length=4, progress_bar=False))
+
+
+def test_a_gated_lm_run_refuses_a_checkpoint_of_another_setup(ar_checkpoint):
+    """A gated `train lm` run checkpoints and reloads only its trainable tensors, non-strictly; a checkpoint
+    whose tensor names are not exactly those is refused instead of loading nothing."""
+    from workbench.resume import check_trainable_state
+    from workbench.train.lm import TriModeLMModule
+
+    model, _ = _gated(ar_checkpoint)
+    module = TriModeLMModule(model, LMTrainConfig(init_from=str(ar_checkpoint), lora_rank=4))
+    ck = {"state_dict": module.state_dict()}
+    module.on_save_checkpoint(ck)
+    assert ck["state_dict"] and all("lora_" in k or "trainable_tokens" in k for k in ck["state_dict"])
+    module.on_load_checkpoint(ck)                                        # its own checkpoint loads
+    first = sorted(ck["state_dict"])[0]
+    for state, counts in (({k: v for k, v in ck["state_dict"].items() if k != first}, "1 missing, 0 unexpected"),
+                          ({**ck["state_dict"], "model.extra": torch.zeros(1)}, "0 missing, 1 unexpected"),
+                          (module.state_dict(), "0 missing, ")):                        # a full-model checkpoint
+        with pytest.raises(ValueError, match=counts):
+            module.on_load_checkpoint({"state_dict": state})
+    with pytest.raises(ValueError, match=r"\(0 missing, 1 unexpected; unexpected 'b'\)"):
+        check_trainable_state({"a": 0, "b": 0}, {"a"})

@@ -83,4 +83,23 @@ class LogHistory:
         self.history.unlink(missing_ok=True)
 
 
-__all__ = ["RngState", "LogHistory"]
+def check_trainable_state(state_dict: dict, expected: set[str], checkpoint: str = "the checkpoint") -> None:
+    """Refuse a resume whose checkpoint does not hold exactly this run's trainable tensors.
+
+    Adapter runs (a gated LoRA in ``train lm``, a drafter LoRA in ``train lora``) checkpoint only the tensors
+    that train and load them non-strictly, since the frozen base comes from ``init_from``. A checkpoint written
+    by another adapter setup (the other adapter kind, other target modules, another ``init_from``) would then
+    load none of its weights without a word. ``state_dict``: the checkpoint's tensors by name; ``expected``:
+    the names of this run's trainable tensors. Raises ``ValueError`` (one line) naming a missing or unexpected
+    tensor.
+    """
+    got = set(state_dict)
+    missing, unexpected = sorted(expected - got), sorted(got - expected)
+    if missing or unexpected:
+        first = f"missing {missing[0]!r}" if missing else f"unexpected {unexpected[0]!r}"
+        raise ValueError(f"{checkpoint} holds other trainable tensors than this run ({len(missing)} missing, "
+                         f"{len(unexpected)} unexpected; {first}): it was written with another adapter setup; "
+                         "resume with the run's own init_from and adapter options, or use a new out_dir")
+
+
+__all__ = ["RngState", "LogHistory", "check_trainable_state"]

@@ -24,6 +24,7 @@ import torch
 from ..speculative import greedy_accept
 from ..schedule import optimizer_config
 from ..distributed import forward_index
+from ..resume import check_trainable_state
 from ..utils import step_generator
 from .draft import draft_and_verify, left_pad_prefixes
 from .losses import active_mask, block_mean, combine, expected_accepted, position_terms
@@ -37,13 +38,15 @@ class LoraDrafterModule(pl.LightningModule):
         cfg: a :class:`~workbench.drafter.train.LoraTrainConfig` (loss name and hyper-parameters, draft
             length ``k``, sampling share, optimiser settings).
         pad_id: token id used for left padding.
+        adapter_kind: 'new' (a peft LoRA added for the run) or 'gated' (the model's own gated adapter); saved
+            in every checkpoint, so that a resume with the other kind is refused before anything is written.
 
     Checkpoints hold only the trainable (LoRA) tensors; the frozen base weights come from ``init_from``.
     """
 
-    def __init__(self, model, cfg, pad_id: int = 0):
+    def __init__(self, model, cfg, pad_id: int = 0, adapter_kind: str = "new"):
         super().__init__()
-        self.model, self.cfg, self.pad_id = model, cfg, pad_id
+        self.model, self.cfg, self.pad_id, self.adapter_kind = model, cfg, pad_id, adapter_kind
         self.strict_loading = False
         self.validations: list[dict] = []
         """Metrics of every validation during fit: ``{"step": global_step, "val/...": value}`` (kept in checkpoints)."""
@@ -121,14 +124,21 @@ class LoraDrafterModule(pl.LightningModule):
         opt = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay, betas=(0.9, 0.99))
         return optimizer_config(opt, c.warmup_steps, c.max_steps, c.min_lr_ratio)
 
+    def _trainable_names(self) -> set[str]:
+        return {f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad}
+
     def trainable_state_dict(self) -> dict:
         """The LoRA tensors only (module state-dict names)."""
-        keep = {f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad}
+        keep = self._trainable_names()
         return {k: v for k, v in self.state_dict().items() if k in keep}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["state_dict"] = self.trainable_state_dict()
         checkpoint["drafter_validations"] = list(self.validations)
+        checkpoint["drafter_adapter"] = self.adapter_kind
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        # loaded non-strictly (the frozen base comes from init_from): a checkpoint of another adapter setup
+        # would load nothing, so its tensor names must be this run's
+        check_trainable_state(checkpoint["state_dict"], self._trainable_names())
         self.validations = list(checkpoint.get("drafter_validations", []))

@@ -220,6 +220,18 @@ def drafter_kind(spec: str, choice: str) -> str:
     return choice
 
 
+def check_resume_kind(checkpoint: Path, kind: str) -> None:
+    """Refuse (one-line ``ValueError``) to resume from ``checkpoint`` when it trained the other drafter adapter
+    kind than ``kind`` ('new' or 'gated'; :func:`drafter_kind`), e.g. after ``init_from`` changed between a plain
+    and a gated-LoRA model: its tensors would match none of this run's. Checked before anything is written;
+    checkpoints from before the kind was recorded are checked by name when they load
+    (:func:`~workbench.resume.check_trainable_state`)."""
+    old = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True).get("drafter_adapter")
+    if old is not None and old != kind:
+        raise ValueError(f"{checkpoint} trained a {old!r} drafter adapter and this run would train a {kind!r} one; "
+                         "resume with the run's own init_from and --drafter_adapter, or use a new out_dir")
+
+
 def _check_context(model, cfg: LoraTrainConfig) -> None:
     ctx = int(getattr(model.backbone.config, "max_position_embeddings", 1 << 30))
     longest = max(cfg.max_prefix, cfg.distill_prompt_len + cfg.distill_gen_len) + cfg.draft_length
@@ -277,6 +289,8 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
                                  enable_progress_bar=cfg.progress_bar, log_every_n_steps=min(10, cfg.max_steps),
                                  max_time=cfg.max_time)
     last, resuming = resume_point(ckpt_dir, cfg.resume, plan)     # same accumulation, or a one-line refusal
+    if resuming:
+        check_resume_kind(last, kind)
     out = write_run_config(cfg.out_dir, asdict(cfg))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     data = _build_data(model, tok, cfg, out)
@@ -284,7 +298,7 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
     if kind == "new":
         add_lora(model, cfg.rank, cfg.lora_alpha, cfg.lora_dropout, cfg.target_modules)
     model.train()                    # Llama has no dropout here; only LoRA dropout reacts to the mode
-    module = LoraDrafterModule(model, cfg, pad_id=_pad_id(tok))
+    module = LoraDrafterModule(model, cfg, pad_id=_pad_id(tok), adapter_kind=kind)
     warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
     if cfg.baseline and not resuming:
         base_metrics = trainer.validate(module, datamodule=data, verbose=False)[0]

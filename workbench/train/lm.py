@@ -33,7 +33,7 @@ from ..model.unlikelihood import repeated_ngram_mask, unlikelihood_loss
 from ..speculative.accept import accepted_prefix_length
 from ..tokenizer import MASK_ID, byte_tokenizer
 from ..utils import RunDirError, is_rank_zero, step_generator, write_run_config
-from ..resume import LogHistory, RngState
+from ..resume import LogHistory, RngState, check_trainable_state
 from ..schedule import optimizer_config
 
 
@@ -250,10 +250,17 @@ class TriModeLMModule(pl.LightningModule):
     def alpha_at(self, step: int) -> float:
         return 0.0 if step < self.cfg.stage1_steps else self.cfg.alpha
 
+    def _trainable_names(self) -> set[str]:
+        return {n for n, p in self.named_parameters() if p.requires_grad}
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.model.gated:
-            trainable = {n for n, p in self.named_parameters() if p.requires_grad}
+            trainable = self._trainable_names()
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if self.model.gated:            # loaded non-strictly: a checkpoint of another setup would load nothing
+            check_trainable_state(checkpoint["state_dict"], self._trainable_names())
 
     def shard_noise(self, batch: torch.Tensor, rows: torch.Tensor, b: int, g: torch.Generator):
         """NLD's block noise (:func:`~workbench.model.noise.mask_blocks`) drawn from ``g`` for the step's whole
