@@ -20,6 +20,7 @@ import torch
 from workbench.corpus import by_split, load_corpus
 from workbench.decoding import DecodeResult, get_policy
 from workbench.decoding.base import cast_for_precision
+from workbench.model.gated_lora import merged_adapter
 from workbench.model.load import load_model, resolve_device
 from workbench.evaluation.metrics import agreement
 from workbench.evaluation.prompts import make_prompts
@@ -29,12 +30,17 @@ METHODS = "ar_greedy,ss_linear:4,ss_linear:8,ss_linear:16,ss_quadratic:4,ss_quad
 
 
 def _methods(spec: str) -> list[tuple[str, dict]]:
-    """``"ar_greedy,ss_linear:4"`` -> ``[("ar_greedy", {}), ("ss_linear", {"draft_length": 4})]``; AR greedy
-    first (the reference of every ratio)."""
+    """``"ar_greedy,ss_linear:4,ss_linear:4:merged"`` -> ``[("ar_greedy", {}), ("ss_linear", {"draft_length":
+    4}), ("ss_linear", {"draft_length": 4, "merged": True})]``; AR greedy first (the reference of every ratio).
+    ``merged``: a gated adapter's all-adapter forwards use merged weights
+    (:func:`~workbench.model.gated_lora.merged_adapter`)."""
     out = []
     for item in spec.split(","):
-        name, _, k = item.partition(":")
-        out.append((name, {"draft_length": int(k)} if k else {}))
+        name, _, rest = item.partition(":")
+        k, _, flag = rest.partition(":")
+        if flag not in ("", "merged"):
+            raise SystemExit(f"--methods: unknown flag {flag!r} in {item!r} (valid: merged)")
+        out.append((name, {**({"draft_length": int(k)} if k else {}), **({"merged": True} if flag else {})}))
     if out[0] != ("ar_greedy", {}):
         raise SystemExit("--methods must start with ar_greedy (the reference of every ratio)")
     return out
@@ -91,7 +97,12 @@ def _measure(model, methods, ids, pad, bs, precision, a, dev, tag) -> dict:
     """Best-of-``repeats`` wall time of every method (interleaved), one JSON line each; returns the ratios."""
     best: dict[int, tuple[DecodeResult, float]] = {}
     for _ in range(a.repeats):
-        for i, (policy, kw) in enumerate(methods):
+        for i, (policy, spec) in enumerate(methods):
+            kw = {k: v for k, v in spec.items() if k != "merged"}
+            if model.gated:
+                merged_adapter(model, spec.get("merged", False))
+            elif spec.get("merged"):
+                raise SystemExit(f"{policy}: ':merged' needs a gated-LoRA model")
             get_policy(policy)(model, ids[:1], 8, precision=precision, pad_id=pad, **kw)  # warm-up
             res, wall = _decode(model, policy, kw, ids, bs, a.gen_len, precision, pad, dev.type == "cuda")
             if i not in best or wall < best[i][1]:
@@ -103,7 +114,7 @@ def _measure(model, methods, ids, pad, bs, precision, a, dev, tag) -> dict:
         res, wall = best[i]
         m = pooled_metrics(res)
         tps = m["tokens"] / wall
-        name = policy + (f"_k{kw['draft_length']}" if kw else "")
+        name = policy + (f"_k{kw['draft_length']}" if "draft_length" in kw else "") + ("_merged" if kw.get("merged") else "")
         agree = sum(agreement(x, y) for x, y in zip(res.tokens, ar_res.tokens)) / len(ids)
         ratios[f"{tag}_{name}"] = round(tps / ar_tps, 3)
         print(json.dumps({"benchmark": "speculate", "method": name, "precision": precision, "batch": bs,

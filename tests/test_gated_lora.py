@@ -452,3 +452,56 @@ def test_a_gated_lm_run_refuses_a_checkpoint_of_another_setup(ar_checkpoint):
             module.on_load_checkpoint({"state_dict": state})
     with pytest.raises(ValueError, match=r"\(0 missing, 1 unexpected; unexpected 'b'\)"):
         check_trainable_state({"a": 0, "b": 0}, {"a"})
+
+
+def test_merged_adapter_matches_the_unmerged_one_and_keeps_speculation_lossless(ar_checkpoint, tmp_path, capsys):
+    """``merged_adapter``: all-adapter forwards (diffusion blocks, linear SS drafts) use ``W + (α/r)·BA`` in one
+    product; AR mode and per-token-gated forwards are untouched, and linear self-speculation stays lossless."""
+    from workbench.cli import main as cli_main
+    from workbench.model.gated_lora import merged_adapter
+    from workbench.model.lora_linear import GatedLoRALinear
+
+    trained, tok = _gated(ar_checkpoint)
+    src = save_gated_adapter(trained, tmp_path / "src", {"init_from": str(ar_checkpoint),
+                                                         "base_fingerprint": trained.base_fingerprint},
+                             dtype=torch.float32)
+    model, _, _ = load_model(str(src))
+    base, _, _ = load_model(str(ar_checkpoint))
+    ids = _ids(tok)
+    chunk, block = ids[:, -3:], torch.full((ids.shape[0], 4), model.mask_token_id)
+    valid = torch.ones(ids.shape[0], ids.shape[1] + 4, dtype=torch.bool)
+
+    def mixed():                           # one forward: clean chunk on the base, block with the adapter
+        cache = model.new_cache()
+        with torch.no_grad():
+            model.extend(ids[:, :-3], cache, valid[:, :ids.shape[1] - 3])
+            return model.extend_and_diffuse(chunk, block, cache, valid)
+
+    (plain,), _ = _cached_ar_and_block((model,), base, ids, 5)
+    plain_mixed = mixed()
+    merged_adapter(model)
+    (merged,), want = _cached_ar_and_block((model,), base, ids, 5)
+    layer = next(m for m in model.modules() if isinstance(m, GatedLoRALinear))
+    assert layer._merged is not None                                      # the merged path ran
+    assert torch.equal(merged[0], plain[0]) and torch.equal(merged[0][..., :want.shape[-1]], want)   # AR mode
+    assert not torch.equal(merged[1], plain[1])                          # another computation of the block …
+    assert torch.allclose(merged[1], plain[1], atol=1e-4, rtol=1e-4)     # … with the same values up to rounding
+    assert all(torch.equal(a, b) for a, b in zip(mixed(), plain_mixed))  # a per-token gate is never merged
+    w = layer.base_layer.weight
+    a, b = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+    assert torch.allclose(layer.merged_weight(), w + layer.scaling * b @ a, atol=1e-6)
+    with torch.no_grad():
+        b.mul_(2)                                                         # the cache follows the weights
+    assert torch.allclose(layer.merged_weight(), w + 2 * layer.scaling * b.div(2) @ a, atol=1e-6)
+    with torch.no_grad():
+        b.div_(2)
+    prompts = [list(range(5, 25)), list(range(40, 52))]
+    assert get_policy("ss_linear")(model, prompts, 24, draft_length=4).tokens == \
+        get_policy("ar_greedy")(base, prompts, 24).tokens
+    for other in (base, trained):                                        # no gated LoRA / its training form
+        with pytest.raises(ValueError, match="gated LoRA loaded for inference"):
+            merged_adapter(other)
+    capsys.readouterr()
+    code = cli_main(["decode", "--model", str(ar_checkpoint), "--merge_adapter", "true", "--gen_len", "4"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "gated LoRA loaded for inference" in err[0]

@@ -30,6 +30,10 @@ class DecodeConfig:
     """Top-p (nucleus) filter of ar_sample, in (0, 1] (1 = off)."""
     precision: str = "fp32"
     """'fp32', 'bf16' (bf16 autocast on fp32 weights) or 'bf16-true' (weights stored in bf16; faster on CPU)."""
+    merge_adapter: bool = False
+    """Gated-LoRA models: forwards with the adapter on at every position (diffusion blocks, linear self-speculation
+    drafts) use one merged weight W + (α/r)·BA per layer, as fast as the base (lossless decoders stay lossless;
+    in bf16 draft tokens can differ by rounding). Needs a gated-LoRA model."""
     device: str = "auto"
     """'cpu', 'cuda' or 'auto'."""
     add_mask_token: bool = False
@@ -83,6 +87,7 @@ def main(argv: list[str]) -> int:
     from ..model.load import load_model, resolve_device
     from ..tokenizer import bos_prefix
     from . import get_policy
+    from ..model.gated_lora import merged_adapter
     from .base import cast_for_precision, check_precision
     from .sampling import check_filters
     from .registry import get_decoder
@@ -94,6 +99,8 @@ def main(argv: list[str]) -> int:
     check_filters(cfg.top_k, cfg.top_p)            # the temperature: the sampling policy's own check
     model, tok, _ = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
     cast_for_precision(model, cfg.precision)
+    if cfg.merge_adapter:
+        merged_adapter(model)
     from ..model.attention import set_attention_path
 
     set_attention_path(model, cfg.attention)

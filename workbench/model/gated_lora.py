@@ -46,6 +46,9 @@ class LoRAGate:
 
     gate: torch.Tensor | None = None
     off: bool = False
+    merged: bool = False
+    """Inference form only: forwards with the adapter on at every position use ``W + s·BA`` merged into one
+    weight per layer (:func:`merged_adapter`)."""
     _cast: tuple | None = field(default=None, repr=False, compare=False)   # (gate, dtype, gate in dtype)
 
     def hook(self, module: nn.Module, inputs, output: torch.Tensor) -> torch.Tensor:
@@ -228,6 +231,29 @@ def adapters_disabled(backbone: nn.Module):
             gate.off = was_off
 
 
+def merged_adapter(model, on: bool = True):
+    """Let the forwards of ``model`` (a TriModeLM with a gated LoRA loaded for inference) that have the adapter
+    on at every position (a diffusion block, a linear self-speculation draft) use one merged weight
+    ``W + (α/r)·BA`` per layer instead of ``W x + (α/r)·B(A x)``. Returns ``model``.
+
+    Why: decoding a 135 M model on a CPU is memory-bound and the LoRA path is 420 small products per forward
+    on SmolLM2-135M; a merged forward costs what a base forward costs (``benchmarks/bench_speculate.py``,
+    ``:merged`` methods). Cost: one extra copy of every adapted weight (about 200 MB in bf16 on SmolLM2-135M),
+    built on first use. The result is not bitwise the unmerged one: in bf16 the sum is rounded once more, so
+    draft tokens can differ where the top two logits are close. Forwards with a per-token gate (clean
+    positions on the base weights) and AR mode are unchanged, so every self-speculation decoder stays lossless.
+
+    Raises ``ValueError`` for a model without a gated LoRA in its inference form (``trainable=False`` loads).
+    """
+    from .lora_linear import GatedLoRALinear
+
+    gate = getattr(model.backbone, _GATE_ATTR, None)
+    if gate is None or not any(isinstance(m, GatedLoRALinear) for m in model.backbone.modules()):
+        raise ValueError("merging needs a gated LoRA loaded for inference (load_model(..., trainable_adapter=False))")
+    gate.merged = bool(on)
+    return model
+
+
 @contextlib.contextmanager
 def lora_positions(model, on):
     """Run the forwards inside with the LoRA residual at the positions marked by ``on``.
@@ -260,4 +286,4 @@ def lora_positions(model, on):
 
 
 __all__ = ["DEFAULT_TARGETS", "attach_gated_lora", "load_gated_lora", "bake_mask_rows", "save_gated_adapter",
-           "adapters_disabled", "lora_positions", "is_gated", "lora_size_bytes"]
+           "adapters_disabled", "lora_positions", "is_gated", "lora_size_bytes", "merged_adapter"]

@@ -63,6 +63,7 @@ class GatedLoRALinear(nn.Module):
         object.__setattr__(self, "gate", gate)      # shared state, not a submodule
         self.fold_scaling = math.frexp(self.scaling)[0] == 0.5   # a power of two: (s B) u = s (B u) exactly
         self._b_scaled, self._b_key = None, None
+        self._merged, self._merged_key = None, None
 
     def _scaled_b(self) -> torch.Tensor:
         """``s · B`` ``(out, r)``, cached until ``B`` changes (a cast, a device move or an in-place load changes its
@@ -75,10 +76,25 @@ class GatedLoRALinear(nn.Module):
             self._b_key = key
         return self._b_scaled
 
+    def merged_weight(self) -> torch.Tensor:
+        """``W + s · B A`` ``(out, in)`` in ``W``'s dtype (summed in fp32, rounded once), cached until ``W``, ``A``
+        or ``B`` changes. Used for forwards with the adapter on at every position when the gate's ``merged``
+        flag is set (:func:`~workbench.model.gated_lora.merged_adapter`)."""
+        w, a, b = self.base_layer.weight, self.lora_A[self.adapter].weight, self.lora_B[self.adapter].weight
+        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in (w, a, b))
+        if key != self._merged_key:
+            with torch.no_grad():
+                delta = (b.detach().float() @ a.detach().float()) * self.scaling
+                self._merged = (w.detach().float() + delta.to(w.device)).to(w.dtype)
+            self._merged_key = key
+        return self._merged
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         base = self.base_layer
-        result = F.linear(x, base.weight, base.bias)                  # (N, Q, out)
         gate = self.gate
+        if gate.merged and not gate.off and gate.gate is None:      # adapter on everywhere: one product
+            return F.linear(x, self.merged_weight(), base.bias)
+        result = F.linear(x, base.weight, base.bias)                  # (N, Q, out)
         if gate.off:
             return result
         a = self.lora_A[self.adapter].weight

@@ -58,6 +58,10 @@ class SpeculateConfig:
     """Prompts decoded in lockstep."""
     precision: str = "fp32"
     """'fp32', 'bf16' (bf16 autocast on fp32 weights) or 'bf16-true' (weights stored in bf16; faster on CPU)."""
+    merge_adapter: bool = False
+    """Gated-LoRA models: forwards with the adapter on at every position (diffusion blocks, linear self-speculation
+    drafts) use one merged weight W + (α/r)·BA per layer, as fast as the base (lossless decoders stay lossless;
+    in bf16 draft tokens can differ by rounding). Needs a gated-LoRA model."""
     device: str = "auto"
     """'cpu', 'cuda' or 'auto'."""
     add_mask_token: bool = False
@@ -103,6 +107,7 @@ def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
     """Run the evaluation and write the run directory; returns ``{"results", "summary", "out_dir", "wall_s"}``."""
     from ..corpus import by_split, load_corpus
     from ..decoding.base import cast_for_precision
+    from ..model.gated_lora import merged_adapter
     from ..model.load import load_model, resolve_device
     from ..evaluation.prompts import make_prompts
     from ..utils import check_out_dir, staged_dir
@@ -115,6 +120,8 @@ def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
         if cfg.adapter:
             attach_adapter(model, cfg.adapter)
         cast_for_precision(model, cfg.precision)
+        if cfg.merge_adapter:
+            merged_adapter(model)
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
     prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len, tokenizer)
     methods = default_methods(cfg.draft_lengths, cfg.quadratic_draft_lengths, cfg.ensemble_lambdas,
