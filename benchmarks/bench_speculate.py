@@ -36,11 +36,16 @@ def _methods(spec: str) -> list[tuple[str, dict]]:
     (:func:`~workbench.model.gated_lora.merged_adapter`)."""
     out = []
     for item in spec.split(","):
-        name, _, rest = item.partition(":")
-        k, _, flag = rest.partition(":")
-        if flag not in ("", "merged"):
-            raise SystemExit(f"--methods: unknown flag {flag!r} in {item!r} (valid: merged)")
-        out.append((name, {**({"draft_length": int(k)} if k else {}), **({"merged": True} if flag else {})}))
+        name, *parts = item.split(":")
+        kw: dict = {}
+        for part in parts:
+            if part.isdigit():
+                kw["draft_length"] = int(part)
+            elif part == "merged":
+                kw["merged"] = True
+            else:
+                raise SystemExit(f"--methods: {part!r} in {item!r} is neither a draft length nor 'merged'")
+        out.append((name, kw))
     if out[0] != ("ar_greedy", {}):
         raise SystemExit("--methods must start with ar_greedy (the reference of every ratio)")
     return out
@@ -71,11 +76,16 @@ def main() -> None:
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", default="0", help="comma-separated torch thread counts (0: torch's default)")
-    ap.add_argument("--methods", default=METHODS, help="comma-separated policy[:draft_length], ar_greedy first")
+    ap.add_argument("--methods", default=METHODS,
+                    help="comma-separated policy[:draft_length][:merged], ar_greedy first; ':merged' runs the "
+                         "policy with a gated adapter's merged weights (its all-adapter forwards: diffusion blocks, "
+                         "in_block linear-SS drafts; quadratic SS has none)")
     a = ap.parse_args()
     methods = _methods(a.methods)
     dev = resolve_device(a.device)
     loaded, tok, _ = load_model(a.model, dev)
+    if any(kw.get("merged") for _, kw in methods) and not loaded.gated:
+        raise SystemExit(f"--methods: ':merged' needs a gated-LoRA model, and {a.model} has none")
     prompts = make_prompts(by_split(load_corpus("stdlib"), "test"), a.n_prompts, a.prompt_len, a.gen_len, tok)
     ids = [list(p.prompt) for p in prompts]
     pad = tok.pad_token_id
@@ -101,8 +111,6 @@ def _measure(model, methods, ids, pad, bs, precision, a, dev, tag) -> dict:
             kw = {k: v for k, v in spec.items() if k != "merged"}
             if model.gated:
                 merged_adapter(model, spec.get("merged", False))
-            elif spec.get("merged"):
-                raise SystemExit(f"{policy}: ':merged' needs a gated-LoRA model")
             get_policy(policy)(model, ids[:1], 8, precision=precision, pad_id=pad, **kw)  # warm-up
             res, wall = _decode(model, policy, kw, ids, bs, a.gen_len, precision, pad, dev.type == "cuda")
             if i not in best or wall < best[i][1]:

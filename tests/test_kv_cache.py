@@ -97,3 +97,16 @@ def test_extend_with_logits_to_keep_gives_the_last_rows_and_the_same_cache(micro
         kv = torch.cat([valid, torch.ones((3, 1), dtype=torch.bool)], 1)
         torch.testing.assert_close(micro_model.extend(step, last_cache, kv, logits_to_keep=1),
                                    micro_model.extend(step, full_cache, kv), rtol=1e-5, atol=1e-5)
+        # the LM head reads the kept rows as a contiguous copy (a slice keeps the sequence's batch stride, which
+        # sends matmul down a path that copies the whole head per row), and more rows than Q keep all of them
+        seen = []
+        hook = micro_model.backbone.get_output_embeddings().register_forward_pre_hook(
+            lambda mod, args: seen.append(args[0].is_contiguous()))
+        try:
+            three = micro_model.extend(ids, micro_model.new_cache(), valid, logits_to_keep=3)
+            more = micro_model.extend(ids, micro_model.new_cache(), valid, logits_to_keep=20)
+        finally:
+            hook.remove()
+        assert seen == [True, True]
+        torch.testing.assert_close(three, full[:, -3:], rtol=1e-5, atol=1e-5)
+        assert more.shape == full.shape

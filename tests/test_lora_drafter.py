@@ -174,6 +174,16 @@ def test_train_lora_end_to_end(tmp_path, micro_checkpoint, small_corpus, capsys)
     # checkpoints hold the LoRA tensors only
     state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     assert state and all("lora_" in k for k in state)
+    # a resume with another LoRA setup is refused before anything is written: one line, exit 2
+    before = {f: f.read_bytes() for f in run.rglob("*") if f.is_file()}
+    for extra, needle in ((["--rank", "8"], "trained a LoRA with rank 4 on ['o_proj']"),
+                          (["--target_modules", "[q_proj]"], "asks for rank 4 on ['q_proj']")):
+        capsys.readouterr()
+        code = cli_main(["train", "lora", "--config", "workbench/configs/lora_micro.yaml", "--init_from",
+                         str(micro_checkpoint), "--corpus", str(small_corpus), "--out_dir", str(run), *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and needle in err[0], err
+    assert {f: f.read_bytes() for f in run.rglob("*") if f.is_file()} == before
 
 
 def test_resume_equals_uninterrupted(tmp_path, micro_checkpoint, small_corpus):

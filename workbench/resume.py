@@ -83,23 +83,44 @@ class LogHistory:
         self.history.unlink(missing_ok=True)
 
 
-def check_trainable_state(state_dict: dict, expected: set[str], checkpoint: str = "the checkpoint") -> None:
+def trainable_shapes(module: torch.nn.Module, prefix: str = "") -> dict[str, tuple[int, ...]]:
+    """``{prefix + name: shape}`` of the parameters of ``module`` that require grad: the tensors an adapter run
+    checkpoints (``prefix``: the attribute path of ``module`` in the LightningModule, e.g. ``"model."``)."""
+    return {prefix + n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad}
+
+
+def check_trainable_state(state_dict: dict | None, expected: dict[str, tuple[int, ...]],
+                          checkpoint: str | None = None) -> None:
     """Refuse a resume whose checkpoint does not hold exactly this run's trainable tensors.
 
     Adapter runs (a gated LoRA in ``train lm``, a drafter LoRA in ``train lora``) checkpoint only the tensors
     that train and load them non-strictly, since the frozen base comes from ``init_from``. A checkpoint written
-    by another adapter setup (the other adapter kind, other target modules, another ``init_from``) would then
-    load none of its weights without a word. ``state_dict``: the checkpoint's tensors by name; ``expected``:
-    the names of this run's trainable tensors. Raises ``ValueError`` (one line) naming a missing or unexpected
-    tensor.
+    by another adapter setup (the other adapter kind, other target modules or rank, another ``init_from``) would
+    then load none or part of its weights. ``state_dict``: the checkpoint's tensors by name (``None``: a strategy
+    that keeps them elsewhere, e.g. DeepSpeed; not checked); ``expected``: ``{name: shape}`` of this run's
+    trainable tensors (:func:`trainable_shapes`). A full-model checkpoint is refused too: an adapter run never
+    writes one. Raises ``ValueError`` (one line) naming the first missing, unexpected or reshaped tensor.
     """
-    got = set(state_dict)
-    missing, unexpected = sorted(expected - got), sorted(got - expected)
-    if missing or unexpected:
-        first = f"missing {missing[0]!r}" if missing else f"unexpected {unexpected[0]!r}"
-        raise ValueError(f"{checkpoint} holds other trainable tensors than this run ({len(missing)} missing, "
-                         f"{len(unexpected)} unexpected; {first}): it was written with another adapter setup; "
-                         "resume with the run's own init_from and adapter options, or use a new out_dir")
+    if state_dict is None:
+        return
+    got = {k: tuple(v.shape) for k, v in state_dict.items()}
+    missing, unexpected = sorted(expected.keys() - got.keys()), sorted(got.keys() - expected.keys())
+    reshaped = sorted(k for k in expected.keys() & got.keys() if expected[k] != got[k])
+    if missing or unexpected or reshaped:
+        first = (f"missing {missing[0]!r}" if missing else f"unexpected {unexpected[0]!r}" if unexpected
+                 else f"{reshaped[0]!r} is {got[reshaped[0]]}, this run's {expected[reshaped[0]]}")
+        raise ValueError(f"{checkpoint or 'the checkpoint'} holds other trainable tensors than this run "
+                         f"({len(missing)} missing, {len(unexpected)} unexpected, {len(reshaped)} reshaped; {first}): "
+                         "it was written with another adapter setup; resume with the run's own init_from and "
+                         "adapter options, or use a new out_dir")
 
 
-__all__ = ["RngState", "LogHistory", "check_trainable_state"]
+def check_resume_state(checkpoint: Path, expected: dict[str, tuple[int, ...]]) -> None:
+    """:func:`check_trainable_state` on the checkpoint file ``checkpoint`` (memory-mapped), before a resumed
+    run writes anything. A checkpoint folder (DeepSpeed) is not checked here."""
+    if Path(checkpoint).is_file():
+        state = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True).get("state_dict")
+        check_trainable_state(state, expected, str(checkpoint))
+
+
+__all__ = ["RngState", "LogHistory", "trainable_shapes", "check_trainable_state", "check_resume_state"]

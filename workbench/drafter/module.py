@@ -24,7 +24,7 @@ import torch
 from ..speculative import greedy_accept
 from ..schedule import optimizer_config
 from ..distributed import forward_index
-from ..resume import check_trainable_state
+from ..resume import check_trainable_state, trainable_shapes
 from ..utils import step_generator
 from .draft import draft_and_verify, left_pad_prefixes
 from .losses import active_mask, block_mean, combine, expected_accepted, position_terms
@@ -39,7 +39,9 @@ class LoraDrafterModule(pl.LightningModule):
             length ``k``, sampling share, optimiser settings).
         pad_id: token id used for left padding.
         adapter_kind: 'new' (a peft LoRA added for the run) or 'gated' (the model's own gated adapter); saved
-            in every checkpoint, so that a resume with the other kind is refused before anything is written.
+            in every checkpoint with a new LoRA's rank and target modules, so that a resume with another
+            adapter setup is refused before anything is written
+            (:func:`~workbench.drafter.train.check_resume_kind`).
 
     Checkpoints hold only the trainable (LoRA) tensors; the frozen base weights come from ``init_from``.
     """
@@ -124,21 +126,21 @@ class LoraDrafterModule(pl.LightningModule):
         opt = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay, betas=(0.9, 0.99))
         return optimizer_config(opt, c.warmup_steps, c.max_steps, c.min_lr_ratio)
 
-    def _trainable_names(self) -> set[str]:
-        return {f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad}
-
     def trainable_state_dict(self) -> dict:
         """The LoRA tensors only (module state-dict names)."""
-        keep = self._trainable_names()
+        keep = trainable_shapes(self.model, "model.")
         return {k: v for k, v in self.state_dict().items() if k in keep}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["state_dict"] = self.trainable_state_dict()
         checkpoint["drafter_validations"] = list(self.validations)
         checkpoint["drafter_adapter"] = self.adapter_kind
+        if self.adapter_kind == "new":
+            checkpoint["drafter_lora"] = {"rank": self.cfg.rank, "target_modules": list(self.cfg.target_modules)}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         # loaded non-strictly (the frozen base comes from init_from): a checkpoint of another adapter setup
         # would load nothing, so its tensor names must be this run's
-        check_trainable_state(checkpoint["state_dict"], self._trainable_names())
+        check_trainable_state(checkpoint.get("state_dict"), trainable_shapes(self.model, "model."),
+                              getattr(self._trainer, "ckpt_path", None))
         self.validations = list(checkpoint.get("drafter_validations", []))

@@ -220,16 +220,31 @@ def drafter_kind(spec: str, choice: str) -> str:
     return choice
 
 
-def check_resume_kind(checkpoint: Path, kind: str) -> None:
-    """Refuse (one-line ``ValueError``) to resume from ``checkpoint`` when it trained the other drafter adapter
-    kind than ``kind`` ('new' or 'gated'; :func:`drafter_kind`), e.g. after ``init_from`` changed between a plain
-    and a gated-LoRA model: its tensors would match none of this run's. Checked before anything is written;
-    checkpoints from before the kind was recorded are checked by name when they load
-    (:func:`~workbench.resume.check_trainable_state`)."""
-    old = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True).get("drafter_adapter")
+def check_resume_adapter(checkpoint: Path, kind: str, cfg: LoraTrainConfig, model) -> None:
+    """Refuse (one-line ``ValueError``) to resume from ``checkpoint`` (a ``last.ckpt`` file) when it trained
+    another drafter adapter than this run would, before anything is written: the other kind (``kind``, 'new' or
+    'gated', :func:`drafter_kind`; e.g. after ``init_from`` changed between a plain and a gated-LoRA model), a
+    new LoRA of another rank or other target modules, or a gated adapter with other tensors than ``model``'s.
+    Its tensors would otherwise load partly or not at all (the checkpoint loads non-strictly). Checkpoints from
+    before the kind was recorded are checked by name as they load
+    (:func:`~workbench.resume.check_trainable_state`); a checkpoint folder (DeepSpeed) is not checked."""
+    from ..resume import check_resume_state, trainable_shapes
+
+    if not Path(checkpoint).is_file():
+        return
+    ck = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
+    old = ck.get("drafter_adapter")
     if old is not None and old != kind:
         raise ValueError(f"{checkpoint} trained a {old!r} drafter adapter and this run would train a {kind!r} one; "
                          "resume with the run's own init_from and --drafter_adapter, or use a new out_dir")
+    if kind == "gated":
+        check_resume_state(checkpoint, trainable_shapes(model, "model."))
+    lora = ck.get("drafter_lora")
+    now = {"rank": cfg.rank, "target_modules": list(cfg.target_modules)}
+    if kind == "new" and lora is not None and lora != now:
+        raise ValueError(f"{checkpoint} trained a LoRA with rank {lora['rank']} on {lora['target_modules']}, and "
+                         f"this run asks for rank {now['rank']} on {now['target_modules']}; resume with the run's own "
+                         "--rank and --target_modules, or use a new out_dir")
 
 
 def _check_context(model, cfg: LoraTrainConfig) -> None:
@@ -290,7 +305,7 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
                                  max_time=cfg.max_time)
     last, resuming = resume_point(ckpt_dir, cfg.resume, plan)     # same accumulation, or a one-line refusal
     if resuming:
-        check_resume_kind(last, kind)
+        check_resume_adapter(last, kind, cfg, model)
     out = write_run_config(cfg.out_dir, asdict(cfg))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     data = _build_data(model, tok, cfg, out)

@@ -232,24 +232,35 @@ def adapters_disabled(backbone: nn.Module):
 
 
 def merged_adapter(model, on: bool = True):
-    """Let the forwards of ``model`` (a TriModeLM with a gated LoRA loaded for inference) that have the adapter
-    on at every position (a diffusion block, a linear self-speculation draft) use one merged weight
-    ``W + (α/r)·BA`` per layer instead of ``W x + (α/r)·B(A x)``. Returns ``model``.
+    """Switch ``model`` (a TriModeLM with a gated LoRA loaded for inference) to merged weights for the forwards
+    that have the adapter on at every position: diffusion blocks and linear self-speculation drafts in the
+    default ``in_block`` layout. Each adapted layer then computes ``(W + (α/r)·B A) x`` in one product instead
+    of ``W x + (α/r)·B (A x)``. ``on=False`` switches back and frees the merged weights. Returns ``model``.
 
-    Why: decoding a 135 M model on a CPU is memory-bound and the LoRA path is 420 small products per forward
-    on SmolLM2-135M; a merged forward costs what a base forward costs (``benchmarks/bench_speculate.py``,
-    ``:merged`` methods). Cost: one extra copy of every adapted weight (about 200 MB in bf16 on SmolLM2-135M),
-    built on first use. The result is not bitwise the unmerged one: in bf16 the sum is rounded once more, so
-    draft tokens can differ where the top two logits are close. Forwards with a per-token gate (clean
-    positions on the base weights) and AR mode are unchanged, so every self-speculation decoder stays lossless.
+    Why: decoding a 135 M model on a CPU is memory-bound, and the gated LoRA path adds 420 small products to
+    every forward of SmolLM2-135M. A merged 3-token draft forward took 43 ms against 61 ms gated and 42 ms for
+    the base alone, and linear self-speculation ran 1.13–1.17× faster (bf16-true, 2 cores;
+    ``benchmarks/RESULTS.md``, 2026-11-28 seventeenth session).
+
+    Cost: one more copy of every adapted weight (about 200 MB in bf16 on SmolLM2-135M), summed in fp32 and
+    rounded once to the weight's dtype, built here (so call it after any cast) and rebuilt when a weight changes.
+    The values are not bitwise the unmerged ones: in bf16 a draft token can change where its two best logits are
+    within rounding. Forwards with a per-token gate (quadratic SS, the ``clean_prefix`` draft layout, ISD) and
+    AR mode are unchanged, so every self-speculation decoder stays lossless.
 
     Raises ``ValueError`` for a model without a gated LoRA in its inference form (``trainable=False`` loads).
     """
     from .lora_linear import GatedLoRALinear
 
     gate = getattr(model.backbone, _GATE_ATTR, None)
-    if gate is None or not any(isinstance(m, GatedLoRALinear) for m in model.backbone.modules()):
+    layers = [m for m in model.backbone.modules() if isinstance(m, GatedLoRALinear)]
+    if gate is None or not layers:
         raise ValueError("merging needs a gated LoRA loaded for inference (load_model(..., trainable_adapter=False))")
+    for layer in layers:
+        if on:
+            layer.merged_weight()
+        else:
+            layer.drop_merged()
     gate.merged = bool(on)
     return model
 

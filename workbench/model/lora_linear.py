@@ -83,11 +83,16 @@ class GatedLoRALinear(nn.Module):
         w, a, b = self.base_layer.weight, self.lora_A[self.adapter].weight, self.lora_B[self.adapter].weight
         key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in (w, a, b))
         if key != self._merged_key:
-            with torch.no_grad():
+            # fp32 even inside a decoder's bf16 autocast region, which would round B A to bf16 before the sum
+            with torch.no_grad(), torch.autocast(w.device.type, enabled=False):
                 delta = (b.detach().float() @ a.detach().float()) * self.scaling
-                self._merged = (w.detach().float() + delta.to(w.device)).to(w.dtype)
+                self._merged = (w.detach().float() + delta).to(w.dtype)
             self._merged_key = key
         return self._merged
+
+    def drop_merged(self) -> None:
+        """Free the cached merged weight."""
+        self._merged, self._merged_key = None, None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         base = self.base_layer

@@ -60,8 +60,8 @@ class SpeculateConfig:
     """'fp32', 'bf16' (bf16 autocast on fp32 weights) or 'bf16-true' (weights stored in bf16; faster on CPU)."""
     merge_adapter: bool = False
     """Gated-LoRA models: forwards with the adapter on at every position (diffusion blocks, linear self-speculation
-    drafts) use one merged weight W + (α/r)·BA per layer, as fast as the base (lossless decoders stay lossless;
-    in bf16 draft tokens can differ by rounding). Needs a gated-LoRA model."""
+    drafts in the in_block layout) use one merged weight W + (α/r)·BA per layer, about a base forward's cost
+    (lossless decoders stay lossless; in bf16 a draft token can differ by rounding). Needs a gated-LoRA model."""
     device: str = "auto"
     """'cpu', 'cuda' or 'auto'."""
     add_mask_token: bool = False
@@ -120,8 +120,8 @@ def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
         if cfg.adapter:
             attach_adapter(model, cfg.adapter)
         cast_for_precision(model, cfg.precision)
-        if cfg.merge_adapter:
-            merged_adapter(model)
+    if cfg.merge_adapter:
+        merged_adapter(model)
     docs = by_split(load_corpus(cfg.corpus), cfg.split)
     prompts = make_prompts(docs, cfg.n_prompts, cfg.prompt_len, cfg.gen_len, tokenizer)
     methods = default_methods(cfg.draft_lengths, cfg.quadratic_draft_lengths, cfg.ensemble_lambdas,

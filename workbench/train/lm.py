@@ -33,7 +33,7 @@ from ..model.unlikelihood import repeated_ngram_mask, unlikelihood_loss
 from ..speculative.accept import accepted_prefix_length
 from ..tokenizer import MASK_ID, byte_tokenizer
 from ..utils import RunDirError, is_rank_zero, step_generator, write_run_config
-from ..resume import LogHistory, RngState, check_trainable_state
+from ..resume import LogHistory, RngState, check_resume_state, check_trainable_state, trainable_shapes
 from ..schedule import optimizer_config
 
 
@@ -250,17 +250,15 @@ class TriModeLMModule(pl.LightningModule):
     def alpha_at(self, step: int) -> float:
         return 0.0 if step < self.cfg.stage1_steps else self.cfg.alpha
 
-    def _trainable_names(self) -> set[str]:
-        return {n for n, p in self.named_parameters() if p.requires_grad}
-
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.model.gated:
-            trainable = self._trainable_names()
+            trainable = trainable_shapes(self)
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if self.model.gated:            # loaded non-strictly: a checkpoint of another setup would load nothing
-            check_trainable_state(checkpoint["state_dict"], self._trainable_names())
+            check_trainable_state(checkpoint.get("state_dict"), trainable_shapes(self),
+                                  getattr(self._trainer, "ckpt_path", None))
 
     def shard_noise(self, batch: torch.Tensor, rows: torch.Tensor, b: int, g: torch.Generator):
         """NLD's block noise (:func:`~workbench.model.noise.mask_blocks`) drawn from ``g`` for the step's whole
@@ -622,6 +620,8 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     last, resuming = resume_point(ckpt_dir, cfg.resume, plan)     # same accumulation, or a one-line refusal
     if resuming:
         check_resumed_noise(Path(cfg.out_dir) / "config.yaml", cfg.noise_per)
+        if model.gated:                 # the module holds the model as .model
+            check_resume_state(last, trainable_shapes(model, "model."))
     out = write_run_config(cfg.out_dir, asdict(cfg))
     whitespace = frozenset(whitespace_ids(tok, model.backbone.config.vocab_size)) if cfg.ul_prob > 0 else frozenset()
     module = TriModeLMModule(model, cfg, whitespace, validation_prompts(cfg, tok), plan)
