@@ -122,7 +122,8 @@ def _measure(model, methods, ids, pad, bs, precision, a, dev, tag) -> dict:
         res, wall = best[i]
         m = pooled_metrics(res)
         tps = m["tokens"] / wall
-        name = policy + (f"_k{kw['draft_length']}" if "draft_length" in kw else "") + ("_merged" if kw.get("merged") else "")
+        name = (policy + (f"_k{kw['draft_length']}" if "draft_length" in kw else "")
+                + ("_merged" if kw.get("merged") else ""))
         agree = sum(agreement(x, y) for x, y in zip(res.tokens, ar_res.tokens)) / len(ids)
         ratios[f"{tag}_{name}"] = round(tps / ar_tps, 3)
         print(json.dumps({"benchmark": "speculate", "method": name, "precision": precision, "batch": bs,

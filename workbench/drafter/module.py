@@ -41,7 +41,7 @@ class LoraDrafterModule(pl.LightningModule):
         adapter_kind: 'new' (a peft LoRA added for the run) or 'gated' (the model's own gated adapter); saved
             in every checkpoint with a new LoRA's rank and target modules, so that a resume with another
             adapter setup is refused before anything is written
-            (:func:`~workbench.drafter.train.check_resume_kind`).
+            (:func:`~workbench.drafter.train.check_resume_adapter`).
 
     Checkpoints hold only the trainable (LoRA) tensors; the frozen base weights come from ``init_from``.
     """

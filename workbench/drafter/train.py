@@ -190,18 +190,6 @@ class LastAfterValidation(ModelCheckpoint):
             trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt")
 
 
-def load_base(spec: str, device: str = "cpu", add_mask_token: bool = False):
-    """Load the tri-mode checkpoint ``spec`` ('builtin:<name>' or a directory) → (model, tokenizer);
-    ``add_mask_token`` as in :func:`~workbench.model.load.load_model`.
-
-    Raises :class:`~workbench.model.io.CheckpointError` for a missing or non-Hugging-Face path.
-    """
-    from ..model.load import load_model
-
-    model, tok, _ = load_model(spec, device, add_mask_token)
-    return model, tok
-
-
 def drafter_kind(spec: str, choice: str) -> str:
     """'new' or 'gated': the LoRA that ``train lora`` trains on the model ``spec`` for ``drafter_adapter`` =
     ``choice`` (see :class:`LoraTrainConfig`). Raises ``ValueError`` (one line) for 'gated' on a model without
@@ -228,7 +216,7 @@ def check_resume_adapter(checkpoint: Path, kind: str, cfg: LoraTrainConfig, mode
     Its tensors would otherwise load partly or not at all (the checkpoint loads non-strictly). Checkpoints from
     before the kind was recorded are checked by name as they load
     (:func:`~workbench.resume.check_trainable_state`); a checkpoint folder (DeepSpeed) is not checked."""
-    from ..resume import check_resume_state, trainable_shapes
+    from ..resume import check_trainable_state, trainable_shapes
 
     if not Path(checkpoint).is_file():
         return
@@ -238,7 +226,7 @@ def check_resume_adapter(checkpoint: Path, kind: str, cfg: LoraTrainConfig, mode
         raise ValueError(f"{checkpoint} trained a {old!r} drafter adapter and this run would train a {kind!r} one; "
                          "resume with the run's own init_from and --drafter_adapter, or use a new out_dir")
     if kind == "gated":
-        check_resume_state(checkpoint, trainable_shapes(model, "model."))
+        check_trainable_state(ck.get("state_dict"), trainable_shapes(model, "model."), str(checkpoint))
     lora = ck.get("drafter_lora")
     now = {"rank": cfg.rank, "target_modules": list(cfg.target_modules)}
     if kind == "new" and lora is not None and lora != now:
@@ -374,4 +362,4 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["LoraTrainConfig", "train_lora", "load_base", "main"]
+__all__ = ["LoraTrainConfig", "train_lora", "main"]

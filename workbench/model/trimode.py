@@ -237,13 +237,14 @@ class TriModeLM(nn.Module):
             path = self.attention_path
             attn = {k: to_path(v, path) for k, v in attn.items()} if isinstance(attn, dict) else to_path(attn, path)
         kw = {cache_keyword(self.backbone): cache} if cache is not None else {}
-        if not isinstance(logits_to_keep, torch.Tensor) and logits_to_keep:
+        q = ids.shape[1]
+        if not isinstance(logits_to_keep, torch.Tensor) and 0 < logits_to_keep < q:
             # the last positions as an index, not a slice: the LM head then reads a contiguous (N, K, d) copy. A
             # slice keeps the full sequence's batch stride, and matmul multiplies such an input batch by batch
             # against a contiguous copy of the whole LM head per row: 0.5 s instead of 6 ms for 8 rows in bf16
-            # (benchmarks/RESULTS.md, 2026-11-28 seventeenth session)
-            q = ids.shape[1]
-            logits_to_keep = torch.arange(max(q - int(logits_to_keep), 0), q, device=ids.device)
+            # (benchmarks/RESULTS.md, 2026-11-28 seventeenth session). Keeping all Q positions (an AR step) needs
+            # neither.
+            logits_to_keep = torch.arange(q - int(logits_to_keep), q, device=ids.device)
         if isinstance(logits_to_keep, torch.Tensor):
             kw["logits_to_keep"] = logits_to_keep
         out = self.backbone(input_ids=ids, position_ids=pos, attention_mask=attn, use_cache=cache is not None, **kw)
