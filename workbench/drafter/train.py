@@ -23,7 +23,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
 from ..distributed import DeviceConfig, make_trainer, resume_point
-from ..resume import LogHistory, RngState
+from ..resume import LogHistory, RngState, check_trainable_state, trainable_shapes
 from ..utils import write_run_config
 from .data import SOURCES, DrafterDataModule, self_distill_windows
 from .lora import add_lora, resolve_target_modules, save_adapter
@@ -216,8 +216,6 @@ def check_resume_adapter(checkpoint: Path, kind: str, cfg: LoraTrainConfig, mode
     Its tensors would otherwise load partly or not at all (the checkpoint loads non-strictly). Checkpoints from
     before the kind was recorded are checked by name as they load
     (:func:`~workbench.resume.check_trainable_state`); a checkpoint folder (DeepSpeed) is not checked."""
-    from ..resume import check_trainable_state, trainable_shapes
-
     if not Path(checkpoint).is_file():
         return
     ck = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
