@@ -466,8 +466,11 @@ def test_train_deer_two_stages_micro(tmp_path, small_corpus, micro_checkpoint, t
     generate_teacher(cfg, *load_checkpoint(micro_checkpoint)[:2])
     common = dict(teacher=str(tmp_path / "teacher"), batch_size=4, val_every=3, val_percent=30, warmup_steps=1,
                   checkpoint_every=3, progress_bar=False, accelerator="cpu")
-    s1 = train_deer(DeerTrainConfig(stage=1, drafter_preset="micro", out_dir=str(tmp_path / "s1"), max_steps=3,
-                                    **common))
+    from conftest import stop_lightning_at
+
+    with stop_lightning_at(3):                       # a run of 6 steps that stopped at step 3
+        s1 = train_deer(DeerTrainConfig(stage=1, drafter_preset="micro", out_dir=str(tmp_path / "s1"), max_steps=6,
+                                        **common))
     s1b = train_deer(DeerTrainConfig(stage=1, drafter_preset="micro", out_dir=str(tmp_path / "s1"), max_steps=6,
                                      **common))                                        # resumes at step 3
     assert read_workbench_json(s1b)["global_step"] == 6

@@ -176,8 +176,8 @@ def test_train_lora_end_to_end(tmp_path, micro_checkpoint, small_corpus, capsys)
     assert state and all("lora_" in k for k in state)
     # a resume with another LoRA setup is refused before anything is written: one line, exit 2
     before = {f: f.read_bytes() for f in run.rglob("*") if f.is_file()}
-    for extra, needle in ((["--rank", "8"], "trained a LoRA with rank 4 on ['o_proj']"),
-                          (["--target_modules", "[q_proj]"], "asks for rank 4 on ['q_proj']")):
+    for extra, needle in ((["--rank", "8"], "started with rank 4 (now 8)"),
+                          (["--target_modules", "[q_proj]"], "started with target_modules ['o_proj'] (now ['q_proj'])")):
         capsys.readouterr()
         code = cli_main(["train", "lora", "--config", "workbench/configs/lora_micro.yaml", "--init_from",
                          str(micro_checkpoint), "--corpus", str(small_corpus), "--out_dir", str(run), *extra])

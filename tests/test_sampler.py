@@ -274,10 +274,15 @@ def test_train_reaches_auc_saves_and_resumes(store, tmp_path, monkeypatch):
     best.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("net.")})
     x = torch.randn(4, 8, 144)
     assert torch.equal(net(x), best(x))
-    # resume: one more epoch continues from last.ckpt (global step and epoch carry on)
-    assert main(argv[:-1] + ["13"]) == 0 and not (out / "logs/version_1").exists()    # one log (issue 27 §3)
+    # max_epochs sets the cosine horizon: a resume with another one is refused by name (issue 56 §2)
+    from workbench.run_folder import RunFolderError
+
+    with pytest.raises(RunFolderError, match=r"max_epochs 12 \(now 13\).*--max_epochs 12"):
+        main(argv[:-1] + ["13"])
+    # the same command resumes the finished run from last.ckpt and exports it again, into one log (issue 27 §3)
+    assert main(argv) == 0 and not (out / "logs/version_1").exists()
     m2 = json.loads((out / "metrics.json").read_text())
-    assert m2["global_step"] == m1["global_step"] // 12 * 13 and m2["epoch"] == 13
+    assert m2["global_step"] == m1["global_step"] and m2["best_val_auc"] == m1["best_val_auc"]
 
 
 def test_validation_interval_rule():

@@ -127,17 +127,24 @@ def test_train_from_hf_checkpoint_without_mask_token(tmp_path, small_corpus):
     assert model.backbone.get_input_embeddings().num_embeddings == 258 == len(tok)
 
 
-def test_resume_refuses_another_noise_level_draw(tmp_path):
-    """A run keeps the noise draw it started with: one saved before --noise_per existed drew per block."""
-    from workbench.train.lm import check_resumed_noise
+def test_resume_refuses_another_noise_level_draw(tmp_path, small_corpus):
+    """A run keeps the noise draw it started with, and the advice names what the folder records: a folder from
+    before run records (its config.yaml, no noise_per key) drew per block; a recorded run names its own draw."""
+    import yaml
 
-    old = tmp_path / "config.yaml"
-    old.write_text("seq_len: 64\nalpha: 0.3\n")                       # no noise_per key: a per-block run
-    check_resumed_noise(old, "block")
-    with pytest.raises(ValueError, match="resume it with --noise_per block"):
-        check_resumed_noise(old, "sequence")
-    old.write_text("noise_per: sequence\n")
-    check_resumed_noise(old, "sequence")
-    with pytest.raises(ValueError, match="trained with noise_per 'sequence'"):
-        check_resumed_noise(old, "block")
-    check_resumed_noise(tmp_path / "missing.yaml", "sequence")         # nothing saved: nothing to check
+    from workbench.run_folder import RunFolderError, check_run, open_run
+    from workbench.train.lm import run_folder_args
+
+    cfg = _cfg(tmp_path, small_corpus, noise_per="sequence")
+    run = tmp_path / "run"
+    run.mkdir()
+    legacy = {k: v for k, v in vars(cfg).items() if k != "noise_per"}
+    (run / "config.yaml").write_text(yaml.safe_dump(legacy))
+    with pytest.raises(RunFolderError, match="noise_per 'block'.*--noise_per block"):
+        check_run(**run_folder_args(cfg))
+    check_run(**run_folder_args(_cfg(tmp_path, small_corpus, noise_per="block")))
+    (run / "config.yaml").unlink()
+    with open_run(**run_folder_args(cfg)):
+        pass
+    with pytest.raises(RunFolderError, match="noise_per 'sequence'.*--noise_per sequence"):
+        check_run(**run_folder_args(_cfg(tmp_path, small_corpus, noise_per="block")))

@@ -78,7 +78,8 @@ def _quiet_libraries() -> None:
     for name in ("pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero"):
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=r".*(LeafSpec|litlogger|litmodels|does not have many workers|infer the batch indices"
-                                              r"|is_gradient_checkpointing).*")
+                                              r"|is_gradient_checkpointing|Experiment logs directory .* exists and is not empty"
+                                              r"|resuming from a checkpoint that ended before the epoch ended).*")
 
 
 #: commands whose stage module is imported only when the command runs (its ``main(argv) -> int``), so a command and
@@ -91,6 +92,10 @@ STAGE_COMMANDS = {
     "models": "workbench.model.named", "leaderboard": "workbench.leaderboard.run"}
 
 
+#: commands whose first argument names a subcommand (``workbench train lm``, ``workbench store verify``)
+SUBCOMMANDS = ("train", "store", "sweep", "deer", "drafter", "models")
+
+
 def _commands():
     return {"train": _cmd_train, "sweep": _cmd_sweep,
             **{cmd: _module_main(module) for cmd, module in STAGE_COMMANDS.items()}}
@@ -98,7 +103,7 @@ def _commands():
 
 def main(argv: list[str] | None = None) -> int:
     """The ``workbench`` command: dispatch ``argv`` (default ``sys.argv[1:]``) to a stage's CLI; returns the exit code
-    (0 ok, 2 usage error, 1 a one-line error from the stage)."""
+    (0 ok; 2 a user error, in one line; 1 a full disk, in one line; 130 / 143 interrupted by SIGINT / SIGTERM)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
@@ -109,16 +114,38 @@ def main(argv: list[str] | None = None) -> int:
     if cmd not in commands:
         print(f"workbench: unknown command {cmd!r}; valid: {', '.join(sorted(commands))}", file=sys.stderr)
         return 2
+    if cmd in SUBCOMMANDS and rest and not rest[0].startswith("-"):
+        cmd = f"{cmd} {rest[0]}"                # messages name the whole command: `workbench train lm: ...`
+    from .atomic import disk_full_error, is_disk_full
     from .errors import USER_ERRORS
+    from .interrupts import Interrupted, raise_on_signals
 
     try:
-        return int(commands[cmd](rest) or 0)
-    except USER_ERRORS as e:
-        print(f"workbench {cmd}: error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
+        with raise_on_signals():                 # SIGINT and SIGTERM unwind as Interrupted (workbench.interrupts)
+            return int(commands[cmd.split()[0]](rest) or 0)
+    except Interrupted as e:
+        print(f"workbench {cmd}: {e.message}", file=sys.stderr)
+        return e.exit_code
     except KeyboardInterrupt:
-        print(f"workbench {cmd}: interrupted", file=sys.stderr)
+        print(f"workbench {cmd}: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+    except OSError as e:
+        if not is_disk_full(e):
+            if isinstance(e, USER_ERRORS):
+                return _one_line(cmd, e)
+            raise
+        full = e if e.strerror and "no space left on the device" in e.strerror else disk_full_error(
+            getattr(e, "filename", None))
+        print(f"workbench {cmd}: error: {full.strerror}", file=sys.stderr)
+        return 1
+    except USER_ERRORS as e:
+        return _one_line(cmd, e)
+
+
+def _one_line(cmd: str, e: BaseException) -> int:
+    """Print ``e`` as the command's one-line error; returns the exit status of a user error (2)."""
+    print(f"workbench {cmd}: error: {' '.join(str(e).split())}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -147,6 +147,10 @@ def make_trainer(cfg: DeviceConfig, global_batch: int, val_check_steps: int | No
                              "use 'ddp' or 'fsdp'")
     plan = batch_plan(global_batch, cfg.devices * cfg.num_nodes, cfg.micro_batch_size)
     defaults = dict(num_sanity_val_steps=0, enable_model_summary=False)
+    if cfg.strategy not in ("deepspeed", "fsdp"):          # those two write checkpoints with their own writers
+        from .resume import AtomicCheckpointIO
+
+        defaults["plugins"] = [AtomicCheckpointIO()]
     if val_check_steps is not None:
         defaults.update(val_check_interval=val_check_steps * plan.accumulate, check_val_every_n_epoch=None)
     trainer = pl.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, num_nodes=cfg.num_nodes,

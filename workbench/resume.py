@@ -11,12 +11,17 @@
 from __future__ import annotations
 
 import random
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
 
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from .atomic import atomic_path, write_text
+from .interrupts import SafeStop, stopping_at_safe_points
 from .utils import is_rank_zero
 
 
@@ -68,9 +73,7 @@ class LogHistory:
             return
         log = pd.concat(parts, ignore_index=True)
         self.earlier = log[log["step"] < step]
-        tmp = self.history.with_suffix(".csv.partial")
-        self.earlier.to_csv(tmp, index=False)
-        tmp.replace(self.history)
+        write_text(self.history, self.earlier.to_csv(index=False))
 
     def after_fit(self) -> None:
         """Write the whole log (earlier runs + this one) to ``log_csv`` and drop ``history.csv``."""
@@ -79,7 +82,7 @@ class LogHistory:
         import pandas as pd
 
         parts = [self.earlier] + ([pd.read_csv(self.log_csv)] if self.log_csv.exists() else [])
-        pd.concat(parts, ignore_index=True).to_csv(self.log_csv, index=False)
+        write_text(self.log_csv, pd.concat(parts, ignore_index=True).to_csv(index=False))
         self.history.unlink(missing_ok=True)
 
 
@@ -123,4 +126,125 @@ def check_resume_state(checkpoint: Path, expected: dict[str, tuple[int, ...]]) -
         check_trainable_state(state, expected, str(checkpoint))
 
 
-__all__ = ["RngState", "LogHistory", "trainable_shapes", "check_trainable_state", "check_resume_state"]
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, writing each checkpoint to a temporary name and renaming it into place
+    (:mod:`workbench.atomic`): a full disk or a kill never leaves a truncated ``.ckpt``, and a full disk is one line
+    (:class:`~workbench.atomic.DiskFullError`) naming the checkpoint and about the bytes it needed. Every ``train``
+    command's trainer uses it (:func:`~workbench.distributed.make_trainer`)."""
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path, tensor_bytes(checkpoint)) as tmp:
+            torch.save(checkpoint, tmp)
+
+
+def tensor_bytes(obj) -> int:
+    """Bytes of the tensors in a (nested) checkpoint: about what ``torch.save`` writes."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
+
+
+class StopOnSignal(pl.Callback):
+    """Ctrl-C and SIGTERM stop training at the next optimiser step with a resumable checkpoint
+    (:mod:`workbench.interrupts`).
+
+    Train inside :meth:`armed`: there a signal only sets a flag. After the next optimiser step (never inside a
+    gradient accumulation) every rank agrees to stop, ``checkpoint`` (the run's ``last.ckpt``) is written, and the
+    run ends with :class:`~workbench.interrupts.Interrupted` ("interrupted at step N; a checkpoint was saved: rerun
+    the same command to resume"; exit status 130 or 143). A signal during validation stops after the validation.
+    A run whose last step is done when the signal arrives finishes normally.
+    """
+
+    def __init__(self, checkpoint: Path):
+        self.checkpoint = Path(checkpoint)
+        self.flag = None
+
+    def state_dict(self) -> dict:
+        return {}
+
+    @contextmanager
+    def armed(self, what: str = "the run"):
+        """Run ``trainer.fit`` inside this block (see the class docstring)."""
+        with stopping_at_safe_points(what) as flag:
+            self.flag = flag
+            try:
+                yield
+            finally:
+                self.flag = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.flag is not None:            # Lightning put its own SIGTERM handler in place when the loop started
+            self.flag.install()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if self.flag is None or (batch_idx + 1) % trainer.accumulate_grad_batches:
+            return
+        if not trainer.strategy.reduce_boolean_decision(self.flag.signum is not None, all=False):
+            return
+        if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
+            return                                                  # the last step: the run finishes normally
+        trainer.save_checkpoint(self.checkpoint, weights_only=False)
+        import signal
+
+        raise SafeStop(self.flag.signum or signal.SIGTERM,
+                       f"interrupted at step {trainer.global_step}; a checkpoint was saved: rerun the same command "
+                       "to resume")
+
+
+class ResumeChanges(pl.Callback):
+    """Applies this run's settings over the ones a resumed checkpoint restores, and prints what changed:
+
+    * ``lr``: the restored schedule's peak (its ``base_lrs``) is compared with ``lr``; when they differ the
+      schedule keeps its shape and position and is scaled to the new peak (``lr(t) = lr / peak_old · lr_old(t)``,
+      :func:`scale_learning_rate`). Compared with the checkpoint itself, not with a record, so a value is never
+      recorded without being applied;
+    * ``patience``: early stopping's patience (Lightning restores the old one with the checkpoint).
+    """
+
+    def __init__(self, lr: float | None = None, patience: int | None = None):
+        self.lr, self.patience = lr, patience
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        peaks = [b for cfg in trainer.lr_scheduler_configs for b in getattr(cfg.scheduler, "base_lrs", [])]
+        if self.lr is not None and peaks and abs(peaks[0] - self.lr) > 1e-12 * max(1.0, self.lr):
+            scale_learning_rate(trainer, self.lr / peaks[0])
+            print(f"lr {peaks[0]:g} → {self.lr:g} from step {trainer.global_step}: the schedule continues at its "
+                  "position, scaled to the new peak", flush=True)
+        if self.patience is not None:
+            from pytorch_lightning.callbacks import EarlyStopping
+
+            for cb in trainer.callbacks:
+                if isinstance(cb, EarlyStopping) and cb.patience != self.patience:
+                    print(f"early-stopping patience {cb.patience} → {self.patience} from step {trainer.global_step}",
+                          flush=True)
+                    cb.patience = self.patience
+
+
+def scale_learning_rate(trainer: pl.Trainer, ratio: float) -> None:
+    """Multiply the learning rate of every optimiser group of ``trainer``, its ``initial_lr`` and its schedulers'
+    ``base_lrs`` by ``ratio`` (the rest of the schedule keeps its shape at the new scale)."""
+    for opt in trainer.optimizers:
+        for g in opt.param_groups:
+            g["lr"] *= ratio
+            if "initial_lr" in g:
+                g["initial_lr"] *= ratio
+    for cfg in trainer.lr_scheduler_configs:
+        sched = cfg.scheduler
+        if hasattr(sched, "base_lrs"):
+            sched.base_lrs = [b * ratio for b in sched.base_lrs]
+        if hasattr(sched, "_last_lr"):
+            sched._last_lr = [g["lr"] for g in sched.optimizer.param_groups]
+
+
+__all__ = ["AtomicCheckpointIO", "RngState", "LogHistory", "ResumeChanges", "StopOnSignal", "trainable_shapes", "check_trainable_state",
+           "check_resume_state", "scale_learning_rate"]

@@ -13,18 +13,18 @@ class RunDirError(OSError):
     """Raised when a run directory cannot be created or written."""
 
 
-def _not_writable(path, reason: str) -> RunDirError:
-    return RunDirError(f"run directory {path} is not writable ({reason}); choose another --out_dir")
+def _not_writable(path, reason: str, option: str = "--out_dir") -> RunDirError:
+    return RunDirError(f"run directory {path} is not writable ({reason}); choose another {option}")
 
 
-def _probe_writable(base: Path, path) -> None:
+def _probe_writable(base: Path, path, option: str = "--out_dir") -> None:
     """Make and remove a temporary directory in ``base``; :class:`RunDirError` naming ``path`` if that fails.
     A real write, because ``os.access`` answers yes for root on read-only or virtual file systems (``/proc``)."""
     try:
         with tempfile.TemporaryDirectory(dir=base, prefix=".write-test-"):
             pass
     except OSError as e:
-        raise _not_writable(path, f"cannot create entries in {base}: {e.strerror or e}") from None
+        raise _not_writable(path, f"cannot create entries in {base}: {e.strerror or e}", option) from None
 
 
 def prepare_run_dir(path: str | os.PathLike) -> Path:
@@ -53,23 +53,24 @@ def write_run_config(path: str | os.PathLike, config: dict) -> Path:
     Raises :class:`RunDirError`."""
     p = Path(path)
     if is_rank_zero():
-        import yaml
+        from .atomic import write_yaml
 
         p = prepare_run_dir(p)
-        (p / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        write_yaml(p / "config.yaml", config)
     return p
 
 
-def check_run_dir(path: str | os.PathLike) -> None:
+def check_run_dir(path: str | os.PathLike, option: str = "--out_dir") -> None:
     """Fail early, leaving nothing behind: ``path`` must be a writable directory or creatable under its
-    nearest existing ancestor (probed with a real write there). Raises :class:`RunDirError` (same message
-    as :func:`prepare_run_dir`)."""
+    nearest existing ancestor (probed with a real write there). ``option``: the command's option that named
+    ``path``, for the message's fix (``--out`` for ``workbench collect``). Raises :class:`RunDirError` (same
+    message as :func:`prepare_run_dir`)."""
     base = Path(path).absolute()
     while not base.exists() and base != base.parent:
         base = base.parent
     if not base.is_dir():
-        raise _not_writable(path, "not a directory")
-    _probe_writable(base, path)
+        raise _not_writable(path, "not a directory", option)
+    _probe_writable(base, path, option)
 
 
 _TEXT_SUFFIXES = (".json", ".yaml", ".yml", ".md", ".csv")
@@ -77,30 +78,47 @@ _TEXT_SUFFIXES = (".json", ".yaml", ".yml", ".md", ".csv")
 RUN_MARKER = ".workbench-run"
 
 
-def check_replaceable(path: str | os.PathLike) -> None:
+def check_replaceable(path: str | os.PathLike, kind: str | None = None) -> None:
     """``path`` may be replaced by a new output directory: it is absent, an empty directory, or one a
-    workbench command built (it holds :data:`RUN_MARKER`). Anything else raises :class:`RunDirError`, so that
-    ``--out_dir .`` or ``--out_dir runs`` cannot delete a directory of other files."""
+    workbench command built (it holds :data:`RUN_MARKER`) and, with ``kind``, not recorded as another kind of run
+    (its ``run.json``). Anything else raises :class:`RunDirError`, so that ``--out_dir .`` or ``--out_dir runs``
+    cannot delete a directory of other files, nor one command's results replace another's."""
     p = Path(path)
     if not p.exists():
         return
     if not p.is_dir():
         raise RunDirError(f"{p} exists and is not a directory; choose another --out_dir")
+    found = _recorded_kind(p)
+    if kind is not None and found is not None and found != kind:
+        raise RunDirError(f"{p} holds the results of `workbench {found}` (run.json); `workbench {kind}` will not "
+                          "replace them: choose another --out_dir")
     if (p / RUN_MARKER).exists() or not any(p.iterdir()):
         return
     raise RunDirError(f"{p} exists and was not written by a workbench command (no {RUN_MARKER} in it), so it "
                       "will not be replaced; choose another --out_dir or remove it")
 
 
-def check_out_dir(path: str | os.PathLike) -> None:
+def _recorded_kind(p: Path) -> str | None:
+    """The ``kind`` recorded in ``p/run.json`` (None if there is none or it cannot be read)."""
+    import json
+
+    try:
+        rec = json.loads((p / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return rec.get("kind") if isinstance(rec, dict) else None
+
+
+def check_out_dir(path: str | os.PathLike, kind: str | None = None) -> None:
     """Fail before any work, leaving nothing behind, if ``path`` cannot become a result directory: it must be
     replaceable (:func:`check_replaceable`) and writable (:func:`check_run_dir`). Raises :class:`RunDirError`."""
-    check_replaceable(path)
+    check_replaceable(path, kind)
     check_run_dir(path)
 
 
 @contextmanager
-def staged_dir(final: str | os.PathLike, relocate: bool = False) -> Iterator[Path]:
+def staged_dir(final: str | os.PathLike, relocate: bool = False, kind: str | None = None,
+               settings: dict | None = None) -> Iterator[Path]:
     """Build a directory in ``<final>.partial`` and move it to ``final`` only if the block succeeds.
 
     ``final`` must be a directory :func:`check_replaceable` accepts (checked first, :class:`RunDirError`).
@@ -109,22 +127,38 @@ def staged_dir(final: str | os.PathLike, relocate: bool = False) -> Iterator[Pat
     and the exception re-raised, so ``final`` is never half-written. With ``relocate``, text files
     inside (``.json``, ``.yaml``, ``.md``, ``.csv``) that name the staging path are rewritten to name
     ``final``: sub-runs built inside record their own output paths, which the move would leave stale.
-    Binary files (Lightning checkpoints) keep the staging path in their stored hyper-parameters."""
+    Binary files (Lightning checkpoints) keep the staging path in their stored hyper-parameters.
+    ``kind``: the command writing the folder; it is recorded in ``run.json`` (with ``settings``), and an existing
+    ``final`` recorded as another kind is refused (:func:`check_replaceable`)."""
     final = Path(final)
-    check_replaceable(final)
+    check_replaceable(final, kind)
     run = Path(str(final) + ".partial")
     shutil.rmtree(run, ignore_errors=True)
     prepare_run_dir(run)
-    (run / RUN_MARKER).touch()
     try:
+        (run / RUN_MARKER).touch()
+        if kind is not None:
+            from .atomic import write_json
+
+            write_json(run / "run.json", {"kind": kind, "settings": settings or {}, "finished": True}, default=str)
         yield run
         if relocate:
             _relocate_paths(run, final)
-        shutil.rmtree(final, ignore_errors=True)
-        run.rename(final)
+        _swap_into_place(run, final)
     except BaseException:
         shutil.rmtree(run, ignore_errors=True)
         raise
+
+
+def _swap_into_place(new: Path, final: Path) -> None:
+    """Rename ``new`` to ``final``; an existing ``final`` is moved aside first and removed only after the rename,
+    so at every moment one complete version exists (``<final>.old`` if the process dies between the renames)."""
+    old = Path(str(final) + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    new.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _relocate_paths(run: Path, final: Path) -> None:

@@ -9,7 +9,6 @@ save_checkpoint` directory loadable with ``load_checkpoint``). A rerun with the 
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,7 +18,9 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
 from ..distributed import DeviceConfig, make_trainer, resume_point
-from ..resume import LogHistory, RngState
+from ..atomic import write_json
+from ..resume import LogHistory, ResumeChanges, RngState, StopOnSignal
+from ..run_folder import OPERATIONAL, check_run, open_run, run_settings, update_record
 from ..model.fingerprint import weights_fingerprint
 from ..model.io import save_checkpoint
 from ..model.presets import PRESETS
@@ -141,16 +142,27 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
     cfg.validate()
     settings = load_teacher(cfg.teacher).settings
     target_spec = cfg.target or settings["target"]
+    check_run(**run_folder_args(cfg, target_spec))   # another kind, a store, changed settings: nothing written yet
     ckpt_dir = Path(cfg.out_dir) / "checkpoints"
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=cfg.checkpoint_every,
                            save_top_k=0, save_on_train_epoch_end=False)
+    stop = StopOnSignal(ckpt_dir / "last.ckpt")
     # devices and the global-batch rule are checked before the run directory is written
     trainer, plan = make_trainer(cfg, cfg.batch_size, val_check_steps=min(cfg.val_every, cfg.max_steps),
                                  max_steps=cfg.max_steps, precision=cfg.precision, gradient_clip_val=cfg.grad_clip,
-                                 logger=CSVLogger(cfg.out_dir, name="logs", version=0), callbacks=[ckpt, RngState()],
+                                 logger=CSVLogger(cfg.out_dir, name="logs", version=0),
+                                 callbacks=[ckpt, RngState(), stop, ResumeChanges(lr=cfg.lr)],
                                  enable_progress_bar=cfg.progress_bar, log_every_n_steps=10, max_time=cfg.max_time)
     last, resuming = resume_point(ckpt_dir, cfg.resume, plan)     # same accumulation, or a one-line refusal
-    out = write_run_config(cfg.out_dir, {**asdict(cfg), "target": target_spec})
+    with open_run(**run_folder_args(cfg, target_spec)) as folder:  # the run record first, the folder locked
+        return _fit_and_save(cfg, folder, settings, target_spec, trainer, plan, stop, last if resuming else None)
+
+
+def _fit_and_save(cfg: DeerTrainConfig, folder, settings: dict, target_spec: str, trainer, plan, stop,
+                  last: Path | None) -> Path:
+    """Train the drafter in the open run ``folder`` (resuming from ``last``) and save it (rank 0)."""
+    out = write_run_config(folder.path, {**asdict(cfg), "target": target_spec})
+    resuming = last is not None
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     target, tok = load_target(target_spec)
     shared = cfg.shared_layers is not None or (cfg.drafter_init is not None and is_shared_drafter(cfg.drafter_init))
@@ -172,7 +184,8 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
     history = LogHistory(out / "logs" / "version_0" / "metrics.csv", last if resuming else None)
     history.before_fit()                        # one log across interruptions
     t0 = time.time()
-    trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
+    with stop.armed("training"):                  # Ctrl-C / SIGTERM: a checkpoint, one line, exit 130 / 143
+        trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
     wall = time.time() - t0
     if not trainer.is_global_zero:                # rank 0 writes the drafter, metrics and log
         return out / "drafter"
@@ -189,9 +202,24 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
             save_shared_drafter(drafter, target, tok, tmp, meta, base_fp)
         else:
             save_checkpoint(drafter, tok, tmp, meta)
-    (out / "metrics.json").write_text(json.dumps({"global_step": trainer.global_step, "wall_s_this_run": wall,
-                                                  "parameters": count_parameters(drafter), **metrics}, indent=2) + "\n")
+    write_json(out / "metrics.json", {"global_step": trainer.global_step, "wall_s_this_run": wall,
+                                      "parameters": count_parameters(drafter), **metrics})
+    update_record(folder, finished=trainer.global_step >= cfg.max_steps)
     return out / "drafter"
+
+
+#: Settings of a ``train deer`` run that a resume may change (the others are refused by name): how it runs and
+#: how often it checkpoints.
+DEER_MAY_CHANGE = (*OPERATIONAL, "checkpoint_every")
+#: Settings a resume applies to the rest of an unfinished run (:class:`~workbench.resume.ResumeChanges`).
+DEER_APPLIED = ("lr",)
+
+
+def run_folder_args(cfg: DeerTrainConfig, target_spec: str) -> dict:
+    """The keyword arguments of :func:`~workbench.run_folder.check_run` / ``open_run`` for ``cfg``'s run folder
+    (``target_spec``: the AR target the run aligns to, recorded in place of an unset ``target``)."""
+    return dict(path=cfg.out_dir, kind="train deer", settings={**run_settings(cfg), "target": target_spec},
+                may_change=DEER_MAY_CHANGE, resume=cfg.resume, applied=DEER_APPLIED)
 
 
 def main(argv: list[str]) -> int:

@@ -11,7 +11,6 @@ only), ``baseline.json`` (validation metrics of the adapter-free drafter, fresh 
 """
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -23,7 +22,9 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
 from ..distributed import DeviceConfig, make_trainer, resume_point
-from ..resume import LogHistory, RngState, check_trainable_state, trainable_shapes
+from ..atomic import write_json
+from ..resume import LogHistory, ResumeChanges, RngState, StopOnSignal, check_trainable_state, trainable_shapes
+from ..run_folder import OPERATIONAL, check_run, open_run, run_settings, update_record
 from ..utils import write_run_config
 from .data import SOURCES, DrafterDataModule, self_distill_windows
 from .lora import add_lora, resolve_target_modules, save_adapter
@@ -279,20 +280,32 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
     _check_context(model, cfg)
     if kind == "new":
         cfg.target_modules = resolve_target_modules(model.backbone, list(cfg.target_modules))   # before any output
+    check_run(**run_folder_args(cfg))           # another kind, a store, changed settings: before anything is written
     ckpt_dir = Path(cfg.out_dir) / "checkpoints"
     best = ModelCheckpoint(dirpath=ckpt_dir, filename="best-{step}", monitor=cfg.monitor, mode="max", save_top_k=1,
                            auto_insert_metric_name=False, save_on_train_epoch_end=False)
+    stop = StopOnSignal(ckpt_dir / "last.ckpt")
     # devices and the global-batch rule are checked before the run directory is written
     trainer, plan = make_trainer(cfg, cfg.batch_size, val_check_steps=min(cfg.val_every, cfg.max_steps),
                                  max_steps=cfg.max_steps, precision=cfg.precision, gradient_clip_val=cfg.grad_clip,
                                  logger=CSVLogger(cfg.out_dir, name="logs", version=0),
-                                 callbacks=[best, LastAfterValidation(ckpt_dir), RngState()],
+                                 callbacks=[best, LastAfterValidation(ckpt_dir), RngState(), stop,
+                                            ResumeChanges(lr=cfg.lr)],
                                  enable_progress_bar=cfg.progress_bar, log_every_n_steps=min(10, cfg.max_steps),
                                  max_time=cfg.max_time)
     last, resuming = resume_point(ckpt_dir, cfg.resume, plan)     # same accumulation, or a one-line refusal
     if resuming:
         check_resume_adapter(last, kind, cfg, model)
-    out = write_run_config(cfg.out_dir, asdict(cfg))
+    with open_run(**run_folder_args(cfg)) as folder:             # the run record first, the folder locked
+        return _fit_and_save(cfg, folder, model, tok, meta, kind, trainer, plan, best, stop,
+                             last if resuming else None)
+
+
+def _fit_and_save(cfg: LoraTrainConfig, folder, model, tok, meta: dict, kind: str, trainer, plan, best, stop,
+                  last: Path | None) -> Path:
+    """Train the drafter LoRA in the open run ``folder`` (resuming from ``last``) and save the best adapter."""
+    out = write_run_config(folder.path, asdict(cfg))
+    resuming = last is not None
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     data = _build_data(model, tok, cfg, out)
     data.per_device_batch = plan.per_device
@@ -304,11 +317,12 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
     if cfg.baseline and not resuming:
         base_metrics = trainer.validate(module, datamodule=data, verbose=False)[0]
         if trainer.is_global_zero:
-            (out / "baseline.json").write_text(json.dumps(base_metrics, indent=2, sort_keys=True) + "\n")
+            write_json(out / "baseline.json", base_metrics, sort_keys=True)
     history = LogHistory(out / "logs" / "version_0" / "metrics.csv", last if resuming else None)
     history.before_fit()                        # one log across interruptions
     t0 = time.time()
-    trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
+    with stop.armed("training"):                  # Ctrl-C / SIGTERM: a checkpoint, one line, exit 130 / 143
+        trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
     wall = time.time() - t0
     if not trainer.is_global_zero:                # rank 0 writes the adapter, metrics and log
         return out / "adapter"
@@ -331,12 +345,25 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
     adapter = (save_adapter(model, out / "adapter", info) if kind == "new"
                else save_aligned_gated(model, meta["adapter_meta"], info, out))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    (out / "metrics.json").write_text(json.dumps({
+    write_json(out / "metrics.json", {
         "global_step": trainer.global_step, "wall_s_this_run": wall, "trainable_params": trainable,
         "best_checkpoint": info["best_checkpoint"], "best_" + cfg.monitor.replace("/", "_"): info["best_score"],
-        "best_validation": info["best_validation"], "validations": module.validations, "final": metrics},
-        indent=2) + "\n")
+        "best_validation": info["best_validation"], "validations": module.validations, "final": metrics})
+    update_record(folder, finished=trainer.global_step >= cfg.max_steps)
     return adapter
+
+
+#: Settings of a ``train lora`` run that a resume may change (the others are refused by name): how it runs, and
+#: whether a fresh run validates the adapter-free drafter first.
+LORA_MAY_CHANGE = (*OPERATIONAL, "baseline")
+#: Settings a resume applies to the rest of an unfinished run (:class:`~workbench.resume.ResumeChanges`).
+LORA_APPLIED = ("lr",)
+
+
+def run_folder_args(cfg: LoraTrainConfig) -> dict:
+    """The keyword arguments of :func:`~workbench.run_folder.check_run` / ``open_run`` for ``cfg``'s run folder."""
+    return dict(path=cfg.out_dir, kind="train lora", settings=run_settings(cfg), may_change=LORA_MAY_CHANGE,
+                resume=cfg.resume, applied=LORA_APPLIED)
 
 
 def save_aligned_gated(model, source_meta: dict, info: dict, out: Path) -> Path:

@@ -10,7 +10,6 @@ so the losses and final weights are those of an uninterrupted run.
 """
 from __future__ import annotations
 
-import json
 import sys
 import time
 import warnings
@@ -23,8 +22,10 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
 from ..distributed import DeviceConfig, make_trainer
-from ..resume import LogHistory, RngState
-from ..utils import write_run_config
+from ..atomic import write_json
+from ..resume import LogHistory, ResumeChanges, RngState, StopOnSignal
+from ..run_folder import OPERATIONAL, check_run, open_run, read_record, run_settings, update_record
+from ..utils import staged_dir, write_run_config
 from .data import SPLIT_BY, SamplerDataModule
 from .module import SamplerModule
 from .network import SAMPLER_PRESETS, SamplerNet, count_parameters, sampler_preset, save_sampler
@@ -150,6 +151,7 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
     for an unwritable run directory.
     """
     cfg.validate()
+    check_run(**run_folder_args(cfg))           # another kind, a store, changed settings: before anything is written
     fingerprint = _model_fingerprint(cfg.model) if cfg.model else None
     data = sampler_data(cfg, fingerprint)
     steps_per_epoch = data.train_steps_per_epoch()
@@ -162,16 +164,25 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
     # trained on)
     last_ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0, save_on_train_epoch_end=True,
                                 every_n_train_steps=val_every)
-    stop = EarlyStopping(monitor="val/auc", mode="max", patience=cfg.patience, check_finite=False)
+    early = EarlyStopping(monitor="val/auc", mode="max", patience=cfg.patience, check_finite=False)
+    stop = StopOnSignal(ckpt_dir / "last.ckpt")
     # devices and the global-batch rule are checked before the run directory is written
     trainer, plan = make_trainer(cfg, cfg.batch_size, val_check_steps=val_every, max_epochs=cfg.max_epochs,
                                  max_steps=cfg.max_steps, precision=cfg.precision,
                                  logger=CSVLogger(cfg.out_dir, name="logs", version=0),
-                                 callbacks=[best, last_ckpt, stop, RngState(), *(callbacks or [])],
+                                 callbacks=[best, last_ckpt, early, RngState(), stop,
+                                            ResumeChanges(lr=cfg.lr, patience=cfg.patience), *(callbacks or [])],
                                  enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
                                  **({} if val_every else {"check_val_every_n_epoch": 1}))
     data.per_device_batch = plan.per_device
-    out = write_run_config(cfg.out_dir, asdict(cfg))
+    with open_run(**run_folder_args(cfg)) as folder:             # the run record first, the folder locked
+        return _fit_and_export(cfg, folder, data, trainer, best, stop, steps_per_epoch)
+
+
+def _fit_and_export(cfg: SamplerTrainConfig, folder, data, trainer, best, stop, steps_per_epoch: int) -> Path:
+    """Train in the open run ``folder`` (resuming from its ``last.ckpt``) and export the best sampler (rank 0)."""
+    out = write_run_config(folder.path, asdict(cfg))
+    ckpt_dir = out / "checkpoints"
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     scfg = cfg.sampler_config()
     net = SamplerNet(scfg)
@@ -183,7 +194,8 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
     history = LogHistory(out / "logs" / "version_0" / "metrics.csv", last if resuming else None)
     history.before_fit()                        # one log across interruptions (CSVLogger deletes metrics.csv)
     t0 = time.time()
-    trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
+    with stop.armed("training"):                  # Ctrl-C / SIGTERM: a checkpoint, one line, exit 130 / 143
+        trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
     wall = time.time() - t0
     if not trainer.is_global_zero:                # rank 0 writes the sampler, metrics and log
         return out / "sampler"
@@ -199,21 +211,35 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
             "extra_stores": list(cfg.extra_stores), "store_policy": data.store_attrs.get("policy"),
             "block_length": cfg.block_length,
             "best_val_auc": best_auc, "best_checkpoint": best.best_model_path or None,
-            "global_step": trainer.global_step, "n_parameters": count_parameters(net), "train_config": asdict(cfg)}
-    sampler_dir = save_sampler(net.eval(), scfg, out / "sampler", meta)
+            "global_step": trainer.global_step, "n_parameters": count_parameters(net), "train_config": asdict(cfg),
+            "resumes": (read_record(folder.path) or {}).get("resumes", [])}
     # the decoding policy needs the store's token PCA table to compute the same features live
     from ..trajectories.store import StoreReader
 
     pca = StoreReader(cfg.store, cfg.block_length).token_pca
-    if pca is not None:
-        import numpy as np
+    with staged_dir(out / "sampler") as tmp:     # the whole export or none of it
+        save_sampler(net.eval(), scfg, tmp, meta)
+        if pca is not None:
+            import numpy as np
 
-        np.save(sampler_dir / "token_pca.npy", np.asarray(pca))
-    (out / "metrics.json").write_text(json.dumps({"global_step": trainer.global_step, "epoch": trainer.current_epoch,
-                                                  "wall_s_this_run": wall, "best_val_auc": best_auc,
-                                                  "n_train_rows": data.n_train_rows, "n_val_rows": data.n_val_rows,
-                                                  **metrics}, indent=2) + "\n")
-    return sampler_dir
+            np.save(tmp / "token_pca.npy", np.asarray(pca))
+    write_json(out / "metrics.json", {"global_step": trainer.global_step, "epoch": trainer.current_epoch,
+                                      "wall_s_this_run": wall, "best_val_auc": best_auc,
+                                      "n_train_rows": data.n_train_rows, "n_val_rows": data.n_val_rows, **metrics})
+    update_record(folder, finished=True)
+    return out / "sampler"
+
+
+#: Settings of a ``train sampler`` run that a resume may change (the others are refused by name): how it runs.
+SAMPLER_MAY_CHANGE = OPERATIONAL
+#: Settings a resume applies to the rest of an unfinished run (:class:`~workbench.resume.ResumeChanges`).
+SAMPLER_APPLIED = ("lr", "patience")
+
+
+def run_folder_args(cfg: SamplerTrainConfig) -> dict:
+    """The keyword arguments of :func:`~workbench.run_folder.check_run` / ``open_run`` for ``cfg``'s run folder."""
+    return dict(path=cfg.out_dir, kind="train sampler", settings=run_settings(cfg), may_change=SAMPLER_MAY_CHANGE,
+                resume=cfg.resume, applied=SAMPLER_APPLIED)
 
 
 def main(argv: list[str]) -> int:

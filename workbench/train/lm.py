@@ -6,7 +6,6 @@ the loss, the stage schedule, metrics and logging.
 """
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,8 +31,11 @@ from ..model.trimode import TriModeLM
 from ..model.unlikelihood import repeated_ngram_mask, unlikelihood_loss
 from ..speculative.accept import accepted_prefix_length
 from ..tokenizer import MASK_ID, byte_tokenizer
-from ..utils import RunDirError, is_rank_zero, step_generator, write_run_config
-from ..resume import LogHistory, RngState, check_resume_state, check_trainable_state, trainable_shapes
+from ..atomic import write_bytes, write_json
+from ..run_folder import OPERATIONAL, check_run, open_run, read_record, run_settings, update_record
+from ..utils import RunDirError, staged_dir, step_generator, write_run_config
+from ..resume import (LogHistory, ResumeChanges, RngState, StopOnSignal, check_resume_state, check_trainable_state,
+                      trainable_shapes)
 from ..schedule import optimizer_config
 
 
@@ -464,22 +466,6 @@ def teacher_forced_tau(draft_logits: torch.Tensor, ar_logits: torch.Tensor, bloc
     return (accepted.float() + 1).mean()
 
 
-def check_resumed_noise(saved_config: Path, noise_per: str) -> None:
-    """Refuse to resume a run with another noise level draw than it started with. A run started before
-    ``noise_per`` existed drew one t per block (its saved ``config.yaml`` has no such key). Raises ``ValueError``
-    (one line) on a mismatch; a missing or unreadable saved config is not checked."""
-    import yaml
-
-    try:
-        saved = yaml.safe_load(saved_config.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return
-    was = saved.get("noise_per", "block")
-    if was != noise_per:
-        raise ValueError(f"{saved_config.parent} was trained with noise_per {was!r}; resume it with --noise_per {was} "
-                         "(or start a new --out_dir)")
-
-
 def draw_block_length(block_lengths: list[int], g: torch.Generator) -> int:
     """The block length of a training batch, uniform over ``block_lengths`` (one draw from ``g``), so that
     one checkpoint decodes at every B."""
@@ -521,20 +507,19 @@ def unlikelihood_step(model: TriModeLM, batch: torch.Tensor, cfg: LMTrainConfig,
     return cfg.ul_weight * (ul_ar + ul_diff), logs
 
 
-def check_train_dir(path) -> None:
-    """A training run directory must be absent, empty, or a previous run of ``train lm`` (it holds
-    ``config.yaml``; the run resumes there) and writable; a folder of other files is refused (one line), so a run
-    never writes beside a user's files. Raises :class:`~workbench.utils.RunDirError`."""
-    from ..utils import check_run_dir
+#: Settings of a ``train lm`` run that a resume may change (the others are refused by name,
+#: :mod:`workbench.run_folder`): how it runs, when it stops, validates and checkpoints.
+LM_MAY_CHANGE = (*OPERATIONAL, "stop_at_step", "val_every", "checkpoint_every", "attention")
+#: Settings a resume applies to the rest of the run (:class:`~workbench.resume.ResumeChanges`).
+LM_APPLIED = ("lr",)
+#: What a run folder written before ``noise_per`` existed drew: one noise level per block.
+LM_LEGACY_DEFAULTS = {"noise_per": "block"}
 
-    p = Path(path)
-    if p.exists():
-        if not p.is_dir():
-            raise RunDirError(f"{p} exists and is not a directory; choose another --out_dir")
-        if any(p.iterdir()) and not (p / "config.yaml").is_file():
-            raise RunDirError(f"{p} exists and holds files that are not a train lm run (no config.yaml); choose "
-                              "another --out_dir")
-    check_run_dir(p)
+
+def run_folder_args(cfg: LMTrainConfig) -> dict:
+    """The keyword arguments of :func:`~workbench.run_folder.check_run` / ``open_run`` for ``cfg``'s run folder."""
+    return dict(path=cfg.out_dir, kind="train lm", settings=run_settings(cfg), may_change=LM_MAY_CHANGE,
+                resume=cfg.resume, legacy_defaults=LM_LEGACY_DEFAULTS, applied=LM_APPLIED)
 
 
 def build_model(cfg: LMTrainConfig):
@@ -586,10 +571,9 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     Raises ``ValueError`` for an inconsistent config, :class:`~workbench.utils.RunDirError` for an
     unwritable run directory, :class:`~workbench.corpus.CorpusError` for an empty corpus.
     """
-    # everything that can be refused is checked before anything is written (issue 27 §6)
+    # everything that can be refused is checked before anything is written (issue 27 §6, issue 56 §1-2)
     cfg.validate()
-    if is_rank_zero():                          # other ranks write nothing (their launcher started them later)
-        check_train_dir(cfg.out_dir)
+    check_run(**run_folder_args(cfg))           # another kind, changed settings, a store; rank 0 only
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     model, tok = build_model(cfg)
     set_attention_path(model, cfg.attention)
@@ -602,13 +586,14 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     ckpt_dir = out / "checkpoints"
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=cfg.checkpoint_every,
                            save_top_k=0, save_on_train_epoch_end=False)
+    stop = StopOnSignal(ckpt_dir / "last.ckpt")
     # the trainer (devices, global-batch rule) is checked before the run directory is written
     trainer, plan = make_trainer(
         cfg, cfg.batch_size, max_steps=cfg.stop_at_step or cfg.max_steps, precision=cfg.precision,
         gradient_clip_val=cfg.grad_clip, val_check_steps=cfg.val_every,
         logger=[CSVLogger(out, name="logs", version=0), TensorBoardLogger(out, name="tb", version=0)],
-        callbacks=[ckpt, RngState()], enable_progress_bar=cfg.progress_bar, log_every_n_steps=cfg.log_every_n_steps,
-        max_time=cfg.max_time)
+        callbacks=[ckpt, RngState(), stop, ResumeChanges(lr=cfg.lr)], enable_progress_bar=cfg.progress_bar,
+        log_every_n_steps=cfg.log_every_n_steps, max_time=cfg.max_time)
     if cfg.attention == "flex" and isinstance(trainer.accelerator, CPUAccelerator):
         raise ValueError("the flex attention path trains on GPUs only (PyTorch has no FlexAttention backward on "
                          "CPU); use --attention dense or sdpa_bool here")
@@ -618,36 +603,46 @@ def train_lm(cfg: LMTrainConfig) -> Path:
                         per_device_batch=plan.per_device)
     data.setup()                                # an empty corpus or split fails here, before the run directory
     last, resuming = resume_point(ckpt_dir, cfg.resume, plan)     # same accumulation, or a one-line refusal
-    if resuming:
-        check_resumed_noise(Path(cfg.out_dir) / "config.yaml", cfg.noise_per)
-        if model.gated:                 # the module holds the model as .model
-            check_resume_state(last, trainable_shapes(model, "model."))
-    out = write_run_config(cfg.out_dir, asdict(cfg))
+    if resuming and model.gated:        # the module holds the model as .model
+        check_resume_state(last, trainable_shapes(model, "model."))
+    with open_run(**run_folder_args(cfg)) as folder:             # the run record first, the folder locked
+        return _fit_and_save(cfg, folder, model, tok, trainer, plan, data, last if resuming else None, stop)
+
+
+def _fit_and_save(cfg: LMTrainConfig, folder, model, tok, trainer, plan, data, last: Path | None, stop) -> Path:
+    """Train in the open run ``folder`` (resuming from ``last``) and save the model, metrics and log (rank 0)."""
+    out = write_run_config(folder.path, asdict(cfg))
+    resuming = last is not None
     whitespace = frozenset(whitespace_ids(tok, model.backbone.config.vocab_size)) if cfg.ul_prob > 0 else frozenset()
     module = TriModeLMModule(model, cfg, whitespace, validation_prompts(cfg, tok), plan)
     log_csv = out / "logs" / "version_0" / "metrics.csv"
     history = LogHistory(log_csv, last if resuming else None)      # the log survives any number of interruptions
     history.before_fit()
     t0 = time.time()
-    trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
+    with stop.armed("training"):                  # Ctrl-C / SIGTERM: a checkpoint, one line, exit 130 / 143
+        trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
     wall = time.time() - t0
     if not trainer.is_global_zero:                # rank 0 writes the model, metrics and log
         return out / "model"
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     meta = {"preset": cfg.preset if not cfg.init_from else None, "init_from": cfg.init_from,
             "block_lengths": list(cfg.block_lengths), "train_config": asdict(cfg), "objective": cfg.objective,
-            "global_step": trainer.global_step, "final_metrics": metrics}
+            "global_step": trainer.global_step, "final_metrics": metrics,
+            "resumes": (read_record(folder.path) or {}).get("resumes", [])}
+    history.after_fit()
     if model.gated:
         from ..model.gated_lora import save_gated_adapter
 
         save_gated_adapter(model, out / "model", {**meta, "base_fingerprint": model.base_fingerprint})
+        if log_csv.exists():
+            write_bytes(out / "model" / "training_log.csv", log_csv.read_bytes())
     else:
-        save_checkpoint(model, tok, out / "model", meta)
-    (out / "metrics.json").write_text(json.dumps({"global_step": trainer.global_step, "wall_s_this_run": wall,
-                                                  **metrics}, indent=2) + "\n")
-    history.after_fit()
-    if log_csv.exists():
-        shutil.copy(log_csv, out / "model" / "training_log.csv")
+        with staged_dir(out / "model") as tmp:
+            save_checkpoint(model, tok, tmp, meta)
+            if log_csv.exists():
+                shutil.copy(log_csv, tmp / "training_log.csv")
+    write_json(out / "metrics.json", {"global_step": trainer.global_step, "wall_s_this_run": wall, **metrics})
+    update_record(folder, finished=trainer.global_step >= (cfg.stop_at_step or cfg.max_steps))
     return out / "model"
 
 

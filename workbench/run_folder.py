@@ -1,0 +1,331 @@
+"""Run folders that know what they are: one module that every command uses to create, lock, identify and resume
+its output folder.
+
+A run folder holds a **run record**, ``run.json``, written before anything else::
+
+    {"kind": "train sampler", "workbench": "0.1.0", "created": "...", "settings": {...}, "resumes": [...]}
+
+* ``kind`` names the command that owns the folder (:data:`KINDS`); a command given a folder of another kind, a
+  Zarr store, or a folder inside a store refuses before it writes anything, naming what it found.
+* ``settings`` are the settings that define the run. On a resume each one is compared with the command's: a
+  setting that may change (the command's ``may_change``) is applied and the change is logged in ``resumes``;
+  any other change is refused by name, with the recorded value, so a run never records one value and trains
+  with another.
+* One writer per folder: the process that opens a folder holds an exclusive ``flock`` on ``.lock`` (with its
+  process id, host and command written inside) until it ends; a second process is refused in one line naming
+  the holder. The kernel releases the lock when its holder dies, so a stale lock is taken over.
+
+Folders written by a workbench before run records existed hold a ``config.yaml`` of the resolved settings; one
+whose keys are this command's settings is adopted (its ``config.yaml`` is the record), any other is refused.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .atomic import write_json
+from .utils import RunDirError, check_run_dir, is_rank_zero
+
+#: The file that records a run folder's kind and settings.
+RECORD = "run.json"
+#: The lock file of a run folder (an ``flock``; its text names the holder).
+LOCK = ".lock"
+#: The kinds of folder the workbench writes (``kind`` of :func:`open_run`; a Zarr store is :data:`STORE_KIND`).
+KINDS = ("train lm", "train sampler", "train lora", "train deer", "sweep", "sweep sampler", "deer teacher", "demo",
+         "evaluate", "sol", "leaderboard", "drafter eval", "deer eval", "diffuspec", "simsd")
+#: What :func:`folder_kind` calls a Zarr store (a trajectory store).
+STORE_KIND = "trajectory store"
+
+
+#: Settings that never change a run's results, free to change on any rerun (where a command has them): how it
+#: shows progress, which devices and how many data workers run it, its wall-clock limit, how often it logs.
+OPERATIONAL = ("progress_bar", "resume", "accelerator", "devices", "num_nodes", "strategy", "micro_batch_size",
+               "max_time", "log_every_n_steps", "num_workers")
+
+
+def run_settings(cfg) -> dict:
+    """The settings a run record keeps of the config dataclass ``cfg``: every field but ``out_dir`` (the folder
+    itself)."""
+    from dataclasses import asdict
+
+    return {k: v for k, v in asdict(cfg).items() if k != "out_dir"}
+
+
+class RunFolderError(RunDirError):
+    """A run folder that this command may not use (another kind, changed settings, locked by another process)."""
+
+
+def folder_kind(path: str | os.PathLike) -> str | None:
+    """What the folder ``path`` is: its recorded kind (``run.json``), :data:`STORE_KIND` for a Zarr store
+    (``zarr.json``), or None (no record: absent, empty, a user's folder, or written before run records)."""
+    p = Path(path)
+    if (p / "zarr.json").is_file():
+        return STORE_KIND
+    rec = read_record(p)
+    return rec.get("kind") if rec else None
+
+
+def read_record(path: str | os.PathLike) -> dict | None:
+    """The run record of folder ``path`` (None when it has none). Raises :class:`RunFolderError` for a damaged
+    record."""
+    f = Path(path) / RECORD
+    if not f.is_file():
+        return None
+    try:
+        rec = json.loads(f.read_text())
+        if not isinstance(rec, dict) or not isinstance(rec.get("kind"), str):
+            raise ValueError("no kind")
+        return rec
+    except (OSError, ValueError) as e:
+        raise RunFolderError(f"{f} is damaged ({e}); it is the record of what the run folder holds: restore it, or "
+                             "choose another --out_dir") from None
+
+
+def enclosing_store(path: str | os.PathLike) -> Path | None:
+    """The Zarr store that ``path`` is, or lies inside (nearest ancestor holding ``zarr.json``); None if none."""
+    p = Path(path).absolute()
+    for q in (p, *p.parents):
+        if (q / "zarr.json").is_file():
+            return q
+    return None
+
+
+def check_not_in_store(path: str | os.PathLike, option: str = "--out_dir") -> None:
+    """Refuse (one line) a run folder ``path`` that is a Zarr store or lies inside one: a run would write its
+    checkpoints and logs among the store's arrays."""
+    store = enclosing_store(path)
+    if store is not None:
+        where = "is" if store == Path(path).absolute() else "lies inside"
+        raise RunFolderError(f"{option} {path} {where} the trajectory store {store}: a run folder must not mix with "
+                             f"a store's arrays; choose another {option}")
+
+
+@dataclass
+class RunFolder:
+    """An open run folder (see the module docstring): ``path``, ``kind``, the record's ``settings``, whether this
+    start ``resumed`` a recorded run, and the ``changes`` ``{name: (recorded, now)}`` it applied. Holds the folder's
+    lock until :meth:`close` (or the end of a ``with`` block, or the process)."""
+
+    path: Path
+    kind: str
+    settings: dict
+    resumed: bool = False
+    changes: dict = field(default_factory=dict)
+    _lock_fd: int | None = None
+
+    def close(self) -> None:
+        """Release the folder's lock."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> "RunFolder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def change_line(self) -> str | None:
+        """One line naming the settings this resume changed (None: none changed)."""
+        if not self.changes:
+            return None
+        parts = ", ".join(f"{k} {old!r} → {new!r}" for k, (old, new) in self.changes.items())
+        return f"resuming {self.path} with changed settings: {parts}"
+
+
+def _jsonable(v):
+    return json.loads(json.dumps(v, default=str))
+
+
+def _legacy_settings(p: Path, kind: str, settings: dict) -> dict | None:
+    """The settings of a folder written before run records (its ``config.yaml``) if its keys are ``settings``'
+    keys (the same command), else None."""
+    import yaml
+
+    f = p / "config.yaml"
+    if not f.is_file():
+        return None
+    try:
+        old = yaml.safe_load(f.read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    if not isinstance(old, dict):
+        return None
+    old.pop("out_dir", None)
+    if not set(old) <= set(settings) or len(old) < 0.9 * len(settings):
+        return None
+    return old
+
+
+def _check_foreign(p: Path, kind: str, option: str) -> None:
+    """Refuse a folder that holds something other than a ``kind`` run (or is not a folder)."""
+    if p.exists() and not p.is_dir():
+        raise RunFolderError(f"{option} {p} exists and is not a directory; choose another {option}")
+    check_not_in_store(p, option)
+    found = folder_kind(p)
+    if found is not None and found != kind:
+        raise RunFolderError(f"{option} {p} holds a `workbench {found}` run ({RECORD}); `workbench {kind}` will not "
+                             f"write into it: choose another {option}")
+
+
+def _holder(lock: Path) -> str:
+    try:
+        return lock.read_text().strip() or "another process"
+    except OSError:
+        return "another process"
+
+
+def _lock(p: Path, kind: str, option: str) -> int:
+    """Take the folder's lock (non-blocking); :class:`RunFolderError` naming the holder if another process has it."""
+    lock = p / LOCK
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RunFolderError(f"{option} {p} is in use by {_holder(lock)}; wait for it to finish (or stop it), or "
+                             f"choose another {option}") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"process {os.getpid()} on {socket.gethostname()} (`workbench {kind}`, since "
+                 f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode())
+    return fd
+
+
+def _compare(p: Path, recorded: dict, settings: dict, may_change, source: str) -> dict:
+    """``{name: (recorded, now)}`` of the settings that changed; refuses (one line) any that may not."""
+    changed = {k: (recorded[k], v) for k, v in settings.items() if k in recorded and recorded[k] != v}
+    fixed = [k for k in changed if k not in may_change]
+    if fixed:
+        was = ", ".join(f"{k} {changed[k][0]!r} (now {changed[k][1]!r})" for k in fixed)
+        fix = " ".join(f"--{k} {_cli_value(changed[k][0])}" for k in fixed)
+        raise RunFolderError(f"{p} holds a run started with {was} ({source}); these cannot change on resume: rerun "
+                             f"with {fix}, or choose a new --out_dir")
+    return changed
+
+
+def _cli_value(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, (list, dict)):
+        return "'" + json.dumps(v) + "'"
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def _recorded(p: Path, kind: str, settings: dict, option: str, resume: bool, legacy_defaults: dict | None
+              ) -> tuple[dict | None, dict | None, str]:
+    """``(record, recorded settings, where they come from)`` of folder ``p`` after refusing a foreign one; a new
+    folder gives ``(None, None, "")``."""
+    _check_foreign(p, kind, option)
+    rec = read_record(p) if p.is_dir() else None
+    if rec is not None:
+        old, source = rec.get("settings", {}), RECORD
+    elif p.is_dir() and any(q.name != LOCK for q in p.iterdir()):
+        old, source = _legacy_settings(p, kind, settings), "config.yaml"
+        if old is None:
+            raise RunFolderError(f"{option} {p} holds files that are not a `workbench {kind}` run (no {RECORD}); "
+                                 f"choose another {option}")
+        old = {**(legacy_defaults or {}), **old}
+    else:
+        return None, None, ""
+    if not resume:
+        raise RunFolderError(f"{p} already holds a `workbench {kind}` run and --resume is false: starting over would "
+                             f"overwrite it; resume it (--resume true), or choose a new {option}")
+    return rec, old, source
+
+
+def check_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(), option: str = "--out_dir",
+              resume: bool = True, legacy_defaults: dict | None = None, applied=()) -> dict:
+    """Every check of :func:`open_run` without writing anything (call it before minutes of set-up, so that a
+    refusal leaves no trace). Returns the changes ``{name: (recorded, now)}`` a resume would apply."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown run kind {kind!r}; valid: {', '.join(KINDS)}")
+    p = Path(path)
+    if not is_rank_zero():
+        return {}
+    settings = _jsonable(settings)
+    rec, old, source = _recorded(p, kind, settings, option, resume, legacy_defaults)
+    check_run_dir(p)
+    if old is None:
+        return {}
+    finished = rec is not None and rec.get("finished")
+    late = sorted(k for k in applied if k in old and k in settings and old[k] != settings[k]) if finished else []
+    if late:
+        raise RunFolderError(f"{p} holds a finished `workbench {kind}` run; {', '.join(late)} cannot change now that "
+                             f"no step is left to apply it to: rerun with its recorded "
+                             f"{' '.join(f'--{k} {_cli_value(old[k])}' for k in late)} to export it again, or choose "
+                             f"a new {option}")
+    return _compare(p, old, settings, set(may_change) | set(applied), source)
+
+
+def open_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(), option: str = "--out_dir",
+             resume: bool = True, legacy_defaults: dict | None = None, applied=()) -> RunFolder:
+    """Create or reopen the ``kind`` run folder ``path`` for ``settings`` (see the module docstring).
+
+    Every check runs before anything is written (:func:`check_run`): ``path`` must not be a file, a store, inside
+    a store, or a folder of another kind or of a user's files; its recorded settings must equal ``settings`` except
+    the names in ``may_change`` (a finished run's may not change at all); no other process may hold it. With
+    ``resume=False`` a folder that already holds a run is refused (starting over would overwrite it).
+    ``may_change``: settings that do not change results (progress bars, devices), free to change on any rerun;
+    ``applied``: settings whose new value the command applies to the rest of the run (a new learning rate), which
+    may change on the resume of an unfinished run only (a finished run has no step left to apply them to).
+    ``legacy_defaults``: values of settings that a folder written before run records lacks in its ``config.yaml``.
+    Then the folder is created, locked and its record written (the first file of a new folder). On other ranks
+    than global rank 0 nothing is checked, locked or written.
+
+    Returns the open :class:`RunFolder` (its lock held). Raises :class:`RunFolderError` (one line) or
+    :class:`~workbench.utils.RunDirError` (an unwritable place).
+    """
+    p = Path(path)
+    settings = _jsonable(settings)
+    if not is_rank_zero():
+        return RunFolder(p, kind, settings)
+    check_run(p, kind, settings, may_change, option, resume, legacy_defaults, applied)
+    p.mkdir(parents=True, exist_ok=True)
+    fd = _lock(p, kind, option)
+    try:                                        # again under the lock: another process may have just written it
+        changes = check_run(p, kind, settings, may_change, option, True, legacy_defaults, applied)
+        rec = read_record(p)
+        resumed = rec is not None or (p / "config.yaml").is_file()
+        now = time.strftime("%Y-%m-%dT%H:%M:%S")
+        if rec is None:
+            rec = {"kind": kind, "workbench": _version(), "created": now, "settings": settings, "resumes": []}
+        rec["settings"] = {**rec.get("settings", {}), **settings}
+        rec["finished"] = False                 # until the command says so (update_record)
+        if resumed:
+            rec["resumes"] = [*rec.get("resumes", []), {"at": now, "changes": {k: list(v) for k, v in changes.items()}}]
+        write_json(p / RECORD, rec, ensure_ascii=False)
+    except BaseException:
+        os.close(fd)
+        raise
+    return RunFolder(p, kind, settings, resumed, changes, fd)
+
+
+def update_record(folder: RunFolder, **fields) -> None:
+    """Set ``fields`` in the run record of the open ``folder`` (e.g. ``finished=True`` once the run's outputs are
+    written, or the step a resume started from in its last ``resumes`` entry via ``resume_step``). Rank 0 only."""
+    if folder._lock_fd is None:
+        return
+    rec = read_record(folder.path) or {}
+    step = fields.pop("resume_step", None)
+    if step is not None and rec.get("resumes"):
+        rec["resumes"][-1]["step"] = int(step)
+    rec.update(_jsonable(fields))
+    write_json(folder.path / RECORD, rec, ensure_ascii=False)
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("workbench")
+    except Exception:  # noqa: BLE001 - not installed as a package
+        return "unknown"
+
+
+__all__ = ["KINDS", "LOCK", "OPERATIONAL", "run_settings", "RECORD", "STORE_KIND", "RunFolder", "RunFolderError", "check_not_in_store", "check_run",
+           "enclosing_store", "folder_kind", "open_run", "read_record", "update_record"]
