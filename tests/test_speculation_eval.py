@@ -74,8 +74,8 @@ def test_speculate_cli_writes_run_dir(cli, tmp_path, micro_checkpoint, small_cor
             "--prompt_len", "32", "--gen_len", "16", "--draft_lengths", "[2]", "--quadratic_draft_lengths", "[2]",
             "--block_length", "8", "--device", "cpu", "--out_dir", str(out), "--progress_bar", "false")
     assert p.returncode == 0, p.stderr
-    assert sorted(x.name for x in out.iterdir()) == [".workbench-run", "config.json", "results.parquet", "summary.json",
-                                                     "summary.parquet"]
+    assert sorted(x.name for x in out.iterdir()) == [".workbench-run", "config.json", "results.parquet", "run.json",
+                                                     "summary.json", "summary.parquet"]
     df = pd.read_parquet(out / "results.parquet")
     assert set(df["method"]) == {"ar_greedy", "linear_k2", "quadratic_k2"} and set(df["mode"]) == {"real", "free"}
     assert json.loads((out / "config.json").read_text())["draft_lengths"] == [2]

@@ -57,11 +57,13 @@ def is_disk_full(e: BaseException) -> bool:
 
 def disk_full_error(path: str | os.PathLike | None, needed: int | None = None) -> DiskFullError:
     """The :class:`DiskFullError` of a write to ``path`` that needed about ``needed`` bytes."""
-    where = f"writing {path}" if path else "writing"
     free = free_bytes(path) if path else None
-    need = f"needs about {_size(needed)}, {_size(free)} free" if needed else f"{_size(free)} free"
-    return DiskFullError(errno.ENOSPC, f"no space left on the device {where} ({need}); nothing was left "
-                                       "half-written: free some space and rerun the same command to resume")
+    sizes = [f"needs about {_size(needed)}"] if needed else []
+    sizes += [f"{_size(free)} free"] if free is not None else []
+    where = f" writing {path}" if path else ""
+    return DiskFullError(errno.ENOSPC, f"no space left on the device{where}{' (' + ', '.join(sizes) + ')' if sizes else ''}"
+                                       "; nothing was left half-written: free some space and rerun the same command "
+                                       "to resume")
 
 
 def _tmp_name(path: Path) -> Path:
@@ -81,9 +83,16 @@ def atomic_path(path: str | os.PathLike, needed: int | None = None) -> Iterator[
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
-        if is_disk_full(e):
+        if is_disk_full(e) or _torch_short_write(e, path, needed):
             raise disk_full_error(path, needed) from None
         raise
+
+
+def _torch_short_write(e: BaseException, path: Path, needed: int | None) -> bool:
+    """Whether ``e`` is how ``torch.save``'s C++ writer reports a full device (a ``RuntimeError`` such as
+    "basic_ios::clear: iostream error", not an ``OSError``): a write of ``needed`` bytes that no longer fit."""
+    free = free_bytes(path)
+    return isinstance(e, RuntimeError) and bool(needed) and free is not None and free < needed
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:

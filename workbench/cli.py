@@ -79,7 +79,8 @@ def _quiet_libraries() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=r".*(LeafSpec|litlogger|litmodels|does not have many workers|infer the batch indices"
                                               r"|is_gradient_checkpointing|Experiment logs directory .* exists and is not empty"
-                                              r"|resuming from a checkpoint that ended before the epoch ended).*")
+                                              r"|resuming from a checkpoint that ended before the epoch ended"
+                                              r"|is experimental \(supported from v).*")
 
 
 #: commands whose stage module is imported only when the command runs (its ``main(argv) -> int``), so a command and

@@ -3,30 +3,148 @@ per field, whose ``--help`` text is the field's docstring. Imports nothing else 
 can parse its own config."""
 from __future__ import annotations
 
-from dataclasses import fields
+import functools
+import stat
+import types
+import typing
+from collections.abc import Hashable
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+import yaml
+
+#: What a path that is not a regular file is, for the refusal of a ``--config`` pointing at it.
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+class _DuplicateKey(yaml.YAMLError):
+    """A YAML mapping that sets ``key`` twice (at ``lines``)."""
+
+    def __init__(self, key, lines: tuple[int, int]):
+        super().__init__(f"{key!r} set twice")
+        self.key, self.lines = key, lines
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that repeats a key (``safe_load`` silently keeps the last one).
+    Keys a merge (``<<``) brings in may still be overridden, as YAML allows."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, Hashable):      # left to the base loader's own error
+                    continue
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise _DuplicateKey(key, (seen[key], line))
+                seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def check_config_file(value: str) -> None:
+    """Check the file ``--config value`` names before jsonargparse reads it: a regular file (a FIFO, a device or a
+    directory is refused without being opened), UTF-8 text, valid YAML, a mapping of ``option: value`` lines with
+    no option set twice. A value that names no existing path is left to jsonargparse (it reports a missing file, or
+    reads the value as inline YAML).
+
+    Raises a one-line ``ValueError`` naming the file (and the repeated option) and the fix."""
+    path = Path(value)
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):                # no such path, or not a path at all (inline YAML)
+        return
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+        raise ValueError(f"config file {path} is {kind}, not a regular file; pass --config a YAML file of "
+                         "'option: value' lines")
+    try:
+        doc = yaml.load(path.read_bytes().decode("utf-8"), Loader=_UniqueKeyLoader)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"config file {path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    except _DuplicateKey as e:
+        raise ValueError(f"config file {path} sets {e.key!r} twice (lines {e.lines[0]} and {e.lines[1]}); keep one "
+                         "of them") from None
+    except yaml.YAMLError as e:                  # a syntax error (marked with its line) or an unreadable character
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or " ".join(str(e).split())
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ValueError(f"config file {path} is not valid YAML ({problem}{where}); fix it, or start from one in "
+                         "workbench/configs") from None
+    if doc is None:
+        raise ValueError(f"config file {path} is empty; write 'option: value' lines in it, or drop --config")
+    if not isinstance(doc, dict):
+        raise ValueError(f"config file {path} holds a YAML {type(doc).__name__}, not a mapping of 'option: value' "
+                         "lines; write one option per line")
+
+
+@functools.cache
+def _config_file_action():
+    """jsonargparse's ``ActionConfigFile`` that first runs :func:`check_config_file` on the path it is given."""
+    from jsonargparse import ActionConfigFile
+
+    class CheckedConfigFile(ActionConfigFile):
+        def __call__(self, parser, cfg, values, option_string=None):
+            check_config_file(values)
+            super().__call__(parser, cfg, values, option_string)
+
+    return CheckedConfigFile
 
 
 def _dataclass_parser(prog: str, cls):
-    from jsonargparse import ActionConfigFile, ArgumentParser, set_parsing_settings
+    from jsonargparse import ArgumentParser, set_parsing_settings
 
     # field docstrings become the --help text of each option (needs docstring-parser)
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
     p = ArgumentParser(prog=prog, description=(cls.__doc__ or "").strip().splitlines()[0], exit_on_error=False)
-    p.add_argument("--config", action=ActionConfigFile, help="YAML file with any of the options below")
+    p.add_argument("--config", action=_config_file_action(), help="YAML file with any of the options below")
     p.add_class_arguments(cls, as_group=False)
     return p
+
+
+def _admits_none(hint) -> bool:
+    """Whether the type ``hint`` allows ``None`` (``Optional[...]``, ``X | None``, ``Any``, ``Literal[None, ...]``)."""
+    if hint is typing.Any or hint is None or hint is type(None):
+        return True
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return None in typing.get_args(hint)
+    return origin in (typing.Union, types.UnionType) and any(_admits_none(a) for a in typing.get_args(hint))
+
+
+def check_not_null(cls, values: dict) -> None:
+    """Check that no field of the dataclass ``cls`` whose type does not allow ``None`` (and whose default is not
+    ``None``) is ``None`` in ``values``: a ``null`` in a YAML config, which jsonargparse lets through where it refuses
+    the same ``--option null`` on the command line.
+
+    Raises a one-line ``ValueError`` naming the option, its type and its default."""
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        if f.name in values and values[f.name] is None and f.default is not None \
+                and not _admits_none(hints[f.name]):
+            default = "" if f.default is MISSING else f" ({f.default!r})"
+            kind = str(hints[f.name]).replace("typing.", "").removeprefix("<class '").removesuffix("'>")
+            raise ValueError(f"option {f.name} is null, but it must be of type {kind}; set {f.name} to a value, or leave "
+                             f"it out for its default{default}")
 
 
 def parse_dataclass(prog: str, cls, argv: list[str]):
     """Parse ``argv`` (``--config file.yaml`` and ``--field value`` options) into a ``cls`` instance.
 
-    Raises jsonargparse's ``ArgumentError`` (a one-line user error) for an unknown option or a bad value.
+    Raises jsonargparse's ``ArgumentError`` (a one-line user error) for an unknown option or a bad value, and a
+    one-line ``ValueError`` for a config file that is not a regular UTF-8 YAML mapping without repeated options
+    (:func:`check_config_file`) or a ``null`` for an option that cannot be ``None`` (:func:`check_not_null`).
     """
     p = _dataclass_parser(prog, cls)
     ns = p.parse_args(argv)
     d = ns.as_dict()
+    check_not_null(cls, d)
     names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in d.items() if k in names})
 
 
-__all__ = ["parse_dataclass"]
+__all__ = ["check_config_file", "check_not_null", "parse_dataclass"]

@@ -7,6 +7,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from .corpus import CorpusError, Document, by_split, load_corpus
+from .interrupts import worker_ignores_signals
 from .tokenizer import EOS_ID, bos_prefix, encode_bytes
 
 
@@ -175,12 +176,12 @@ class LMDataModule(pl.LightningDataModule):
         ds = RandomWindows(self.train_tokens, self.seq_len, self.train_windows, self.seed, start=step * self.batch_size,
                            with_index=True)
         return DataLoader(ds, batch_size=self.per_device_batch, sampler=rank_sampler(ds, self.trainer),
-                          num_workers=self.num_workers, drop_last=True)
+                          num_workers=self.num_workers, drop_last=True, worker_init_fn=worker_ignores_signals)
 
     def val_dataloader(self) -> DataLoader:
         ds = EvenWindows(self.val_tokens, self.seq_len, self.val_windows)
         return DataLoader(ds, batch_size=self.per_device_batch, sampler=rank_sampler(ds, self.trainer),
-                          num_workers=self.num_workers)
+                          num_workers=self.num_workers, worker_init_fn=worker_ignores_signals)
 
 
 def rank_sampler(ds: Dataset, trainer) -> DistributedSampler | None:

@@ -102,6 +102,14 @@ def deferred_signals() -> Iterator[SignalFlag]:
         SignalFlag.restore(old)
 
 
+def worker_ignores_signals(worker_id: int = 0) -> None:
+    """A DataLoader ``worker_init_fn``: the worker ignores SIGINT and SIGTERM. Ctrl-C reaches every process of the
+    terminal's group; a worker it killed would fail the main process's next batch ("DataLoader worker exited
+    unexpectedly") before that process reaches its safe point. The main process stops the workers itself."""
+    for s in SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+
+
 class SafeStop(Exception):
     """Raised by a loop inside Lightning at its safe point, after it committed its work (Lightning turns a
     ``KeyboardInterrupt`` raised inside ``fit`` or ``predict`` into ``sys.exit(1)``, so the loop raises this plain
@@ -135,4 +143,4 @@ def stopping_at_safe_points(what: str = "the run") -> Iterator[SignalFlag]:
 
 
 __all__ = ["Interrupted", "SIGNALS", "SafeStop", "SignalFlag", "deferred_signals", "raise_on_signals",
-           "stopping_at_safe_points"]
+           "stopping_at_safe_points", "worker_ignores_signals"]

@@ -19,6 +19,7 @@ import pytorch_lightning as pl
 import torch
 
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+from pytorch_lightning.callbacks import ModelCheckpoint
 
 from .atomic import atomic_path, write_text
 from .interrupts import SafeStop, stopping_at_safe_points
@@ -151,6 +152,52 @@ def tensor_bytes(obj) -> int:
     return 0
 
 
+class LastAfterValidation(ModelCheckpoint):
+    """Writes ``last.ckpt`` after every validation. Lightning 2.6 updates ``save_last`` only when a top-k
+    checkpoint was saved at that step, which would leave a stale resume point whenever the monitored
+    metric does not improve. Being a ``ModelCheckpoint`` it runs after the best-checkpoint callback
+    listed before it, so ``last.ckpt`` carries that callback's updated state."""
+
+    def __init__(self, dirpath: Path):
+        super().__init__(dirpath=dirpath, save_top_k=0, save_last=False)
+
+    def on_train_batch_end(self, *args, **kwargs) -> None:
+        return None
+
+    def on_train_epoch_end(self, *args, **kwargs) -> None:
+        return None
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from pytorch_lightning.trainer.states import TrainerFn
+
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+            trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt", weights_only=False)
+
+
+class LastCheckpoint(ModelCheckpoint):
+    """``last.ckpt``, the resume point, after every epoch and, with ``every_n_train_steps``, every that many steps.
+    Lightning 2.6 writes ``save_last`` at an epoch's end only when a top-k checkpoint was saved there too, so with
+    ``save_top_k=0`` a run killed before its end had no resume point at all. The epoch's checkpoint is written when
+    the next epoch starts, once Lightning has closed the epoch (its counters, early stopping): a resume then starts
+    the next epoch exactly as the uninterrupted run did (written inside ``on_train_epoch_end`` instead, a resume
+    closes that epoch a second time)."""
+
+    def __init__(self, dirpath: Path, every_n_train_steps: int | None = None):
+        super().__init__(dirpath=dirpath, save_last=True, save_top_k=0, save_on_train_epoch_end=True,
+                         every_n_train_steps=every_n_train_steps)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.current_epoch > 0:
+            self._save_last(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._save_last(trainer)                    # the end of training (Lightning's own skips it once saved)
+
+    def _save_last(self, trainer: pl.Trainer) -> None:
+        if not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+
 class StopOnSignal(pl.Callback):
     """Ctrl-C and SIGTERM stop training at the next optimiser step with a resumable checkpoint
     (:mod:`workbench.interrupts`).
@@ -246,5 +293,5 @@ def scale_learning_rate(trainer: pl.Trainer, ratio: float) -> None:
             sched._last_lr = [g["lr"] for g in sched.optimizer.param_groups]
 
 
-__all__ = ["AtomicCheckpointIO", "RngState", "LogHistory", "ResumeChanges", "StopOnSignal", "trainable_shapes", "check_trainable_state",
+__all__ = ["AtomicCheckpointIO", "LastAfterValidation", "LastCheckpoint", "RngState", "LogHistory", "ResumeChanges", "StopOnSignal", "trainable_shapes", "check_trainable_state",
            "check_resume_state", "scale_learning_rate"]

@@ -37,7 +37,7 @@ RECORD = "run.json"
 LOCK = ".lock"
 #: The kinds of folder the workbench writes (``kind`` of :func:`open_run`; a Zarr store is :data:`STORE_KIND`).
 KINDS = ("train lm", "train sampler", "train lora", "train deer", "sweep", "sweep sampler", "deer teacher", "demo",
-         "evaluate", "sol", "leaderboard", "drafter eval", "deer eval", "diffuspec", "simsd")
+         "evaluate", "sol", "leaderboard", "drafter eval", "deer eval", "diffuspec", "simsd", "speculate")
 #: What :func:`folder_kind` calls a Zarr store (a trajectory store).
 STORE_KIND = "trajectory store"
 
@@ -143,15 +143,15 @@ def _jsonable(v):
 
 
 def _legacy_settings(p: Path, kind: str, settings: dict) -> dict | None:
-    """The settings of a folder written before run records (its ``config.yaml``) if its keys are ``settings``'
-    keys (the same command), else None."""
+    """The settings of a folder written before run records (its ``config.yaml``, or a sweep's ``config.json``) if
+    its keys are ``settings``' keys (the same command), else None."""
     import yaml
 
-    f = p / "config.yaml"
-    if not f.is_file():
+    f = next((p / n for n in ("config.yaml", "config.json") if (p / n).is_file()), None)
+    if f is None:
         return None
     try:
-        old = yaml.safe_load(f.read_text())
+        old = yaml.safe_load(f.read_text())     # JSON is YAML
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return None
     if not isinstance(old, dict):
@@ -178,6 +178,21 @@ def _holder(lock: Path) -> str:
         return lock.read_text().strip() or "another process"
     except OSError:
         return "another process"
+
+
+def _check_unlocked(p: Path, option: str) -> None:
+    """Refuse (one line naming the holder) a folder whose lock another process holds; creates nothing."""
+    lock = p / LOCK
+    if not lock.is_file():
+        return
+    fd = os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise RunFolderError(f"{option} {p} is in use by {_holder(lock)}; wait for it to finish (or stop it), or "
+                             f"choose another {option}") from None
+    finally:
+        os.close(fd)                            # closing releases a lock taken here
 
 
 def _lock(p: Path, kind: str, option: str) -> int:
@@ -216,11 +231,13 @@ def _cli_value(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def _recorded(p: Path, kind: str, settings: dict, option: str, resume: bool, legacy_defaults: dict | None
-              ) -> tuple[dict | None, dict | None, str]:
-    """``(record, recorded settings, where they come from)`` of folder ``p`` after refusing a foreign one; a new
-    folder gives ``(None, None, "")``."""
+def _recorded(p: Path, kind: str, settings: dict, option: str, resume: bool, legacy_defaults: dict | None,
+              held: bool = False) -> tuple[dict | None, dict | None, str]:
+    """``(record, recorded settings, where they come from)`` of folder ``p`` after refusing a foreign or (unless
+    this process ``held`` its lock) a locked one; a new folder gives ``(None, None, "")``."""
     _check_foreign(p, kind, option)
+    if p.is_dir() and not held:
+        _check_unlocked(p, option)
     rec = read_record(p) if p.is_dir() else None
     if rec is not None:
         old, source = rec.get("settings", {}), RECORD
@@ -239,7 +256,7 @@ def _recorded(p: Path, kind: str, settings: dict, option: str, resume: bool, leg
 
 
 def check_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(), option: str = "--out_dir",
-              resume: bool = True, legacy_defaults: dict | None = None, applied=()) -> dict:
+              resume: bool = True, legacy_defaults: dict | None = None, applied=(), _held: bool = False) -> dict:
     """Every check of :func:`open_run` without writing anything (call it before minutes of set-up, so that a
     refusal leaves no trace). Returns the changes ``{name: (recorded, now)}`` a resume would apply."""
     if kind not in KINDS:
@@ -248,18 +265,18 @@ def check_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(),
     if not is_rank_zero():
         return {}
     settings = _jsonable(settings)
-    rec, old, source = _recorded(p, kind, settings, option, resume, legacy_defaults)
+    rec, old, source = _recorded(p, kind, settings, option, resume, legacy_defaults, _held)
     check_run_dir(p)
     if old is None:
         return {}
-    finished = rec is not None and rec.get("finished")
-    late = sorted(k for k in applied if k in old and k in settings and old[k] != settings[k]) if finished else []
+    changes = _compare(p, old, settings, set(may_change) | set(applied), source)
+    late = sorted(k for k in applied if k in changes) if rec is not None and rec.get("finished") else []
     if late:
         raise RunFolderError(f"{p} holds a finished `workbench {kind}` run; {', '.join(late)} cannot change now that "
                              f"no step is left to apply it to: rerun with its recorded "
                              f"{' '.join(f'--{k} {_cli_value(old[k])}' for k in late)} to export it again, or choose "
                              f"a new {option}")
-    return _compare(p, old, settings, set(may_change) | set(applied), source)
+    return changes
 
 
 def open_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(), option: str = "--out_dir",
@@ -288,9 +305,9 @@ def open_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(), 
     p.mkdir(parents=True, exist_ok=True)
     fd = _lock(p, kind, option)
     try:                                        # again under the lock: another process may have just written it
-        changes = check_run(p, kind, settings, may_change, option, True, legacy_defaults, applied)
+        changes = check_run(p, kind, settings, may_change, option, True, legacy_defaults, applied, _held=True)
         rec = read_record(p)
-        resumed = rec is not None or (p / "config.yaml").is_file()
+        resumed = rec is not None or any((p / n).is_file() for n in ("config.yaml", "config.json"))
         now = time.strftime("%Y-%m-%dT%H:%M:%S")
         if rec is None:
             rec = {"kind": kind, "workbench": _version(), "created": now, "settings": settings, "resumes": []}

@@ -123,6 +123,24 @@ def is_byte_tokenizer(tok: PreTrainedTokenizerBase) -> bool:
         return False
 
 
+def check_tokenizer_fits(tok: PreTrainedTokenizerBase, rows: int, where) -> None:
+    """Check that every id ``tok`` can produce has an embedding row in a model with ``rows`` of them: ``len(tok)``
+    tokens at most (a model may have more rows than tokens, padding rows), and every special token (bos, eos, pad,
+    unk, mask, the additional ones) inside the embedding, so a tokenizer of another model is refused before it
+    decodes garbage or indexes past the embedding.
+
+    Raises :class:`TokenizerError` (one line naming ``where``, the model folder, both sizes or the bad id, and the fix).
+    """
+    fix = f"the tokenizer files in {where} belong to another model; restore the model's own tokenizer"
+    if len(tok) > rows:
+        raise TokenizerError(f"the tokenizer in {where} has {len(tok)} tokens but the model's embedding has {rows} "
+                             f"rows; {fix}")
+    for token, i in zip(tok.all_special_tokens, tok.all_special_ids):
+        if i is None or not 0 <= i < rows:
+            raise TokenizerError(f"the tokenizer in {where} gives its special token {token!r} the id {i}, outside "
+                                 f"the model's embedding of {rows} rows; {fix}")
+
+
 def require_mask_token(tok: PreTrainedTokenizerBase, add: bool = False) -> int:
     """Return the tokenizer's mask token id.
 

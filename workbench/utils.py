@@ -18,12 +18,17 @@ def _not_writable(path, reason: str, option: str = "--out_dir") -> RunDirError:
 
 
 def _probe_writable(base: Path, path, option: str = "--out_dir") -> None:
-    """Make and remove a temporary directory in ``base``; :class:`RunDirError` naming ``path`` if that fails.
+    """Make and remove a temporary directory in ``base``; :class:`RunDirError` naming ``path`` if that fails, or
+    :class:`~workbench.atomic.DiskFullError` if the device is full (a rerun works once space is freed).
     A real write, because ``os.access`` answers yes for root on read-only or virtual file systems (``/proc``)."""
+    from .atomic import disk_full_error, is_disk_full
+
     try:
         with tempfile.TemporaryDirectory(dir=base, prefix=".write-test-"):
             pass
     except OSError as e:
+        if is_disk_full(e):
+            raise disk_full_error(path) from None
         raise _not_writable(path, f"cannot create entries in {base}: {e.strerror or e}", option) from None
 
 

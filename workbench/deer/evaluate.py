@@ -186,12 +186,12 @@ def _linear_model(target, adapter: str | None):
         return target
     import copy
 
-    from peft import PeftModel
-
     from ..model.trimode import TriModeLM
+    from ..speculative.adapter import load_adapter
 
-    backbone = PeftModel.from_pretrained(copy.deepcopy(target.backbone), adapter).eval()
-    return TriModeLM(backbone, target.mask_token_id)
+    model = load_adapter(TriModeLM(copy.deepcopy(target.backbone), target.mask_token_id), adapter)
+    model.backbone.eval()
+    return model
 
 
 def run_deer_eval(cfg: DeerEvalConfig, target=None, tokenizer=None) -> Path:
@@ -207,7 +207,7 @@ def run_deer_eval(cfg: DeerEvalConfig, target=None, tokenizer=None) -> Path:
     from .plots import plot_acceptance, plot_alpha
 
     cfg.validate()
-    check_out_dir(cfg.out_dir)
+    check_out_dir(cfg.out_dir, "deer eval")
     dev = resolve_device(cfg.device)
     if target is None:
         target, tokenizer = load_target(cfg.target, dev)
@@ -243,7 +243,7 @@ def run_deer_eval(cfg: DeerEvalConfig, target=None, tokenizer=None) -> Path:
     alpha_rows = [{"alpha": a, "method": m, **_overall(table, m, ("tau", "speedup")),
                    "final_val_tau": _last(c, "val/tau")} for m, (a, c) in alphas.items()]
     out = Path(cfg.out_dir)
-    with staged_dir(out) as tmp:
+    with staged_dir(out, kind="deer eval", settings=asdict(cfg)) as tmp:
         df.drop(columns=["ids"]).to_parquet(tmp / "rows.parquet", index=False)
         table.to_parquet(tmp / "by_category.parquet", index=False)
         cyc.to_parquet(tmp / "cycles.parquet", index=False)

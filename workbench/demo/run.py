@@ -50,7 +50,7 @@ def run_demo(cfg: DemoConfig) -> Path:
     ecfg.validate()
     check_stage_options(cfg)
     # build everything in a staging folder and move it into place at the end: no half-written run dir
-    with staged_dir(cfg.out_dir, relocate=True) as run:
+    with staged_dir(cfg.out_dir, relocate=True, kind="demo", settings=asdict(cfg)) as run:
         model_spec = retrain(cfg) if cfg.retrain else cfg.model
         model, tok, meta = load_model(model_spec, device, cfg.add_mask_token)
         context_warning = check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)

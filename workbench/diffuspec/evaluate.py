@@ -130,7 +130,7 @@ def run_eval(cfg: DiffuSpecEvalConfig) -> Path:
     from .ngram import ProxyError, load_proxy
 
     cfg.validate()
-    check_out_dir(cfg.out_dir)
+    check_out_dir(cfg.out_dir, "diffuspec")
     model, tok, _ = load_model(cfg.model, resolve_device(cfg.device))
     model.eval()
     proxy_path = cfg.proxy or shipped_artefact(cfg.model, "proxy")
@@ -174,7 +174,7 @@ def run_eval(cfg: DiffuSpecEvalConfig) -> Path:
     df = pd.DataFrame(rows)
     table = summarize(df)
     out = Path(cfg.out_dir)
-    with staged_dir(out) as tmp:
+    with staged_dir(out, kind="diffuspec", settings=asdict(cfg)) as tmp:
         df.drop(columns=["ids"]).to_parquet(tmp / "rows.parquet", index=False)
         table.to_parquet(tmp / "table.parquet", index=False)
         table.to_csv(tmp / "table.csv", index=False)

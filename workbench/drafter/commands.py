@@ -55,7 +55,7 @@ def run_eval(cfg: DrafterEvalConfig) -> dict:
 
     cfg.validate()
     drafters = cfg.drafters()
-    with staged_dir(cfg.out_dir) as run:
+    with staged_dir(cfg.out_dir, kind="drafter eval", settings=asdict(cfg)) as run:
         r = evaluate_to(cfg, cfg.model, drafters, run)
         (run / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
     return {**r, "out_dir": Path(cfg.out_dir)}

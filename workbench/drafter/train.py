@@ -23,7 +23,7 @@ from pytorch_lightning.loggers import CSVLogger
 
 from ..distributed import DeviceConfig, make_trainer, resume_point
 from ..atomic import write_json
-from ..resume import LogHistory, ResumeChanges, RngState, StopOnSignal, check_trainable_state, trainable_shapes
+from ..resume import LastAfterValidation, LogHistory, ResumeChanges, RngState, StopOnSignal, check_trainable_state, trainable_shapes
 from ..run_folder import OPERATIONAL, check_run, open_run, run_settings, update_record
 from ..utils import write_run_config
 from .data import SOURCES, DrafterDataModule, self_distill_windows
@@ -167,28 +167,6 @@ class LoraTrainConfig(DeviceConfig):
         """Keyword arguments of the loss functions (:mod:`workbench.drafter.losses`)."""
         return dict(tau=self.tau, top_k=self.top_k, eta=self.eta, ce_tau=self.ce_tau, lambda_kl=self.lambda_kl,
                     lambda_ce=self.lambda_ce)
-
-
-class LastAfterValidation(ModelCheckpoint):
-    """Writes ``last.ckpt`` after every validation. Lightning 2.6 updates ``save_last`` only when a top-k
-    checkpoint was saved at that step, which would leave a stale resume point whenever the monitored
-    metric does not improve. Being a ``ModelCheckpoint`` it runs after the best-checkpoint callback
-    listed before it, so ``last.ckpt`` carries that callback's updated state."""
-
-    def __init__(self, dirpath: Path):
-        super().__init__(dirpath=dirpath, save_top_k=0, save_last=False)
-
-    def on_train_batch_end(self, *args, **kwargs) -> None:
-        return None
-
-    def on_train_epoch_end(self, *args, **kwargs) -> None:
-        return None
-
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        from pytorch_lightning.trainer.states import TrainerFn
-
-        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
-            trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt")
 
 
 def drafter_kind(spec: str, choice: str) -> str:

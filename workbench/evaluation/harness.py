@@ -303,7 +303,7 @@ def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFr
     from ..utils import check_out_dir, staged_dir
 
     cfg.validate()
-    check_out_dir(cfg.out_dir)                  # before minutes of decoding, without creating anything
+    check_out_dir(cfg.out_dir, "evaluate")     # before minutes of decoding, without creating anything
     meta = None                                 # a model passed in has no workbench.json to check against
     if model is None:
         model, tokenizer, meta = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
@@ -314,7 +314,7 @@ def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFr
     t0 = time.time()
     df = evaluate_model(model, tokenizer, prompts, cfg, known=known_words(d.text for d in by_split(all_docs, "train")))
     summary = summarize(df)
-    with staged_dir(cfg.out_dir) as out:
+    with staged_dir(cfg.out_dir, kind="evaluate", settings=asdict(cfg)) as out:
         df.to_parquet(out / "results.parquet", index=False)
         summary.to_parquet(out / "summary.parquet", index=False)
         (out / "summary.json").write_text(json.dumps({"wall_s": time.time() - t0, "n_prompts": len(prompts),

@@ -86,7 +86,7 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
     from ..model.load import load_model, resolve_device
 
     cfg.validate()
-    check_out_dir(cfg.out_dir)
+    check_out_dir(cfg.out_dir, "leaderboard")
     specs = _specs(cfg)
     meta = None
     if model is None:
@@ -190,7 +190,7 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
     wall = time.time() - t0
     from .report import leaderboard_markdown, plot_leaderboard
 
-    with staged_dir(cfg.out_dir) as out:
+    with staged_dir(cfg.out_dir, kind="leaderboard", settings=asdict(cfg)) as out:
         df.to_parquet(out / "leaderboard.parquet", index=False)
         ceilings.to_parquet(out / "ceilings.parquet", index=False)
         (out / "leaderboard.md").write_text(leaderboard_markdown(df, ceilings, cfg, len(prompts)))

@@ -110,16 +110,16 @@ def load_gated_lora(model, adapter_dir, trainable: bool = False):
     same operations and outputs, same parameter names, without peft's per-call Python). ``trainable=True`` keeps
     peft's layers, with the gate as a forward hook, for training and saving.
 
-    Raises ``FileNotFoundError`` if ``adapter_dir`` holds no ``adapter_config.json``.
+    Raises ``FileNotFoundError`` if ``adapter_dir`` holds no ``adapter_config.json``, and
+    :class:`~workbench.model.io.CheckpointError` (one line) for an adapter whose config disagrees with its weights or
+    whose weights do not fit the model (:func:`~workbench.model.io.check_adapter`), before anything is loaded.
     """
-    from pathlib import Path
-
     from peft import PeftModel
 
-    d = Path(adapter_dir)
-    if not (d / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"{d} is not a peft adapter directory (no adapter_config.json)")
-    model.backbone = PeftModel.from_pretrained(model.backbone, d, is_trainable=trainable)
+    from .io import check_adapter
+
+    check_adapter(adapter_dir, model.backbone)
+    model.backbone = PeftModel.from_pretrained(model.backbone, adapter_dir, is_trainable=trainable)
     if trainable:
         _install_gate(model.backbone)
         return model

@@ -26,7 +26,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from ..trajectories.features import block_features, feature_spec
-from ..trajectories.store import StoreError, StoreReader, open_store
+from ..interrupts import worker_ignores_signals
+from ..trajectories.store import StoreError, StoreReader, content_identity, open_store
 
 SPLIT_BY = ("prompt", "document", "traj")
 #: Store attrs that, with the corpus text, fix which prompt a prompt id names (``workbench collect``'s plan is
@@ -45,6 +46,21 @@ def check_same_prompt_plan(paths, attrs: list[dict]) -> None:
                 raise StoreError(f"stores {paths[0]} and {p} were collected on different prompt plans ({key}: "
                                  f"{attrs[0].get(key)!r} != {a.get(key)!r}), so their prompt ids name different "
                                  "prompts: train with split_by traj, or collect both with the same plan")
+
+
+def check_distinct_stores(paths) -> None:
+    """Stores read together must hold different rows: refuse two of ``paths`` with one
+    :func:`~workbench.trajectories.store.content_identity` (a copy of a store, or two collections with the same
+    settings), whose shared work items would be read, and trained on, twice. Raises :class:`StoreError` (one line
+    naming both paths)."""
+    seen: dict[str, str] = {}
+    for p in paths:
+        ident = content_identity(p)
+        if ident in seen:
+            raise StoreError(f"stores {seen[ident]} and {p} hold the same trajectories (content identity {ident}: a "
+                             "copy, or a collection with the same settings), so their rows would be read twice: "
+                             "pass only one of them (--store / --extra_stores)")
+        seen[ident] = str(p)
 
 
 def check_store_matches(store_attrs: dict, model_fingerprint: str | None = None, feature_dim: int | None = None,
@@ -193,8 +209,9 @@ class _EpochLoader(DataLoader):
     def __init__(self, dataset: StoreRowStream, epoch_fn, skip_fn=None, **kw):
         # its own generator: creating an iterator draws a base seed, which must not consume the global RNG that
         # dropout uses (a resumed run creates its iterators at other moments than the uninterrupted run)
+        # workers ignore Ctrl-C: the main process stops at its safe point and ends them (workbench.interrupts)
         super().__init__(dataset, batch_size=None, persistent_workers=False, generator=torch.Generator().manual_seed(0),
-                         **kw)
+                         worker_init_fn=worker_ignores_signals, **kw)
         self._epoch_fn, self._skip_fn, self._iters = epoch_fn, skip_fn, 0
         self.exhausted = False            # the current epoch's iterator has yielded its last batch
 
@@ -226,7 +243,8 @@ class SamplerDataModule(pl.LightningDataModule):
         model_fingerprint: if given, the store must have been collected with this model.
 
     Raises :class:`StoreError` (one line) for a missing / mismatched store (see :func:`check_store_matches`),
-    a store without ``token_pca`` or rows, or an empty split; ``ValueError`` for bad arguments.
+    two stores holding the same rows (:func:`check_distinct_stores`), a store without ``token_pca`` or rows, or an
+    empty split; ``ValueError`` for bad arguments.
     """
 
     def __init__(self, store, block_length: int, batch_size: int = 256, feature_dim: int = 144,
@@ -249,6 +267,8 @@ class SamplerDataModule(pl.LightningDataModule):
         self._limits = reader.limits        # every worker reads this snapshot, however far a collection has gone since
         store = self.store if isinstance(self.store, str) else " + ".join(self.store)     # for messages
         check_store_matches(reader.attrs, model_fingerprint, feature_dim, name=f"store {store}")
+        if len(reader.paths) > 1:
+            check_distinct_stores(reader.paths)
         if len(reader.paths) > 1 and split_by in ("prompt", "document"):
             check_same_prompt_plan(reader.paths, [dict(open_store(p).attrs) for p in reader.paths])
         if reader.token_pca is None:

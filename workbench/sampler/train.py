@@ -23,7 +23,7 @@ from pytorch_lightning.loggers import CSVLogger
 
 from ..distributed import DeviceConfig, make_trainer
 from ..atomic import write_json
-from ..resume import LogHistory, ResumeChanges, RngState, StopOnSignal
+from ..resume import LastCheckpoint, LogHistory, ResumeChanges, RngState, StopOnSignal
 from ..run_folder import OPERATIONAL, check_run, open_run, read_record, run_settings, update_record
 from ..utils import staged_dir, write_run_config
 from .data import SPLIT_BY, SamplerDataModule
@@ -159,11 +159,9 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
     ckpt_dir = Path(cfg.out_dir) / "checkpoints"
     best = ModelCheckpoint(dirpath=ckpt_dir, filename="best-{epoch}-{step}", monitor="val/auc", mode="max",
                            save_top_k=1, auto_insert_metric_name=False)
-    # the resume point: at the end of every epoch once it is complete (a resume then starts the next epoch), and
-    # with a validation interval also every val_every steps (a resume skips the batches of that epoch already
-    # trained on)
-    last_ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0, save_on_train_epoch_end=True,
-                                every_n_train_steps=val_every)
+    # the resume point: at the end of every epoch (a resume then starts the next epoch), and with a validation
+    # interval also every val_every steps (a resume skips the batches of that epoch already trained on)
+    last_ckpt = LastCheckpoint(ckpt_dir, every_n_train_steps=val_every)
     early = EarlyStopping(monitor="val/auc", mode="max", patience=cfg.patience, check_finite=False)
     stop = StopOnSignal(ckpt_dir / "last.ckpt")
     # devices and the global-batch rule are checked before the run directory is written

@@ -78,7 +78,7 @@ def run(cfg: PrecisionConfig) -> Path:
     from ..model.load import load_model, resolve_device
     from ..utils import check_out_dir, staged_dir
 
-    check_out_dir(cfg.out_dir)
+    check_out_dir(cfg.out_dir, "simsd")
     model, tok, _ = load_model(cfg.model, resolve_device(cfg.device))
     model.eval()
     spec = cfg.drafter or shipped_artefact(cfg.model, "drafter")
@@ -109,7 +109,7 @@ def run(cfg: PrecisionConfig) -> Path:
                                                     mean_kl=("kl", "mean"), top1_agree=("top1_agree", "mean"),
                                                     n=("kl", "size")).reset_index()
     out = Path(cfg.out_dir)
-    with staged_dir(out) as tmp:
+    with staged_dir(out, kind="simsd", settings=asdict(cfg)) as tmp:
         rows.to_parquet(tmp / "precision_rows.parquet", index=False)
         table.to_parquet(tmp / "precision.parquet", index=False)
         table.to_csv(tmp / "precision.csv", index=False)

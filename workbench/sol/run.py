@@ -141,7 +141,7 @@ def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None, cache: dict | None 
     from ..evaluation.prompts import make_prompts
 
     cfg.validate()
-    check_out_dir(cfg.out_dir)                  # before the search, without creating anything
+    check_out_dir(cfg.out_dir, "sol")          # before the search, without creating anything
     meta = None                                 # a model passed in has no workbench.json to check against
     if model is None:
         model, tokenizer, meta = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
@@ -192,7 +192,7 @@ def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None, cache: dict | None 
             summary = summary.merge(summarize_linear_ss(g, ["category", "block_length"], prefix),
                                     on=["category", "block_length"], how="left")
             overall = overall.merge(summarize_linear_ss(g, ["block_length"], prefix), on=["block_length"], how="left")
-    with staged_dir(cfg.out_dir) as out:
+    with staged_dir(cfg.out_dir, kind="sol", settings=asdict(cfg)) as out:
         if ss_rows:
             ss.to_parquet(out / "linear_ss.parquet", index=False)
         blocks.to_parquet(out / "blocks.parquet", index=False)

@@ -36,7 +36,13 @@ def check_adapter_dir(adapter_dir) -> Path:
 def load_adapter(model, adapter_dir, trainable: bool = False):
     """Attach the peft adapter saved in ``adapter_dir`` to ``model.backbone`` (in place) and return ``model``.
 
-    Raises ``FileNotFoundError`` if ``adapter_dir`` holds no ``adapter_config.json``.
+    Raises ``FileNotFoundError`` if ``adapter_dir`` holds no ``adapter_config.json``, and
+    :class:`~workbench.model.io.CheckpointError` (one line) for an adapter whose config disagrees with its weights or
+    whose weights do not fit the model (:func:`~workbench.model.io.check_adapter`), before anything is loaded.
     """
-    model.backbone = PeftModel.from_pretrained(model.backbone, check_adapter_dir(adapter_dir), is_trainable=trainable)
+    from ..model.io import check_adapter
+
+    d = check_adapter_dir(adapter_dir)
+    check_adapter(d, model.backbone)
+    model.backbone = PeftModel.from_pretrained(model.backbone, d, is_trainable=trainable)
     return model

@@ -114,7 +114,7 @@ def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
     from .evaluate import default_methods, evaluate_speculation, summarize_speculation
 
     cfg.validate()
-    check_out_dir(cfg.out_dir)                  # before loading the model and decoding
+    check_out_dir(cfg.out_dir, "speculate")                # before loading the model and decoding
     if model is None:
         model, tokenizer, _ = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
         if cfg.adapter:
@@ -127,7 +127,7 @@ def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
     methods = default_methods(cfg.draft_lengths, cfg.quadratic_draft_lengths, cfg.ensemble_lambdas,
                               cfg.temperature, cfg.seed, cfg.top_k, cfg.top_p)
     t0 = time.time()
-    with staged_dir(cfg.out_dir) as run:
+    with staged_dir(cfg.out_dir, kind="speculate", settings=asdict(cfg)) as run:
         df = evaluate_speculation(model, tokenizer, prompts, methods, cfg.modes, cfg.block_length, cfg.batch_size,
                                   cfg.precision, cfg.progress_bar)
         summary = summarize_speculation(df)

@@ -7,7 +7,9 @@ decodes one item and returns its per-step records; :class:`TrajectoryWriter` (a
 ``BasePredictionWriter``) appends them to this rank's shard. Under DDP rank ``r`` takes items
 ``r, r + W, r + 2W, ...`` and writes shard ``r``. A restarted run skips the items its shard already
 committed, so a collection killed at any point continues where it stopped and ends identical to an
-uninterrupted run.
+uninterrupted run. Ctrl-C (SIGINT) and SIGTERM stop it after the item in flight: every decoded item is committed
+and the command exits 130 / 143 with one line saying how many items are committed (rerunning resumes). A full
+disk stops it with one line (exit 1), keeping every committed item.
 
 A finished (or unfinished) store grows with ``--extend true`` and a larger ``--n_prompts`` (and, once every file
 has given a prompt, a larger ``--prompts_per_file``): prompt choice is prefix-stable, so the old plan's work
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-import sys
+import signal
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -30,7 +32,6 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
-from pytorch_lightning.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader, Dataset
 
 from ..corpus import by_split, load_corpus
@@ -38,6 +39,7 @@ from ..decoding.base import DecodeError, cast_for_precision, check_precision, ch
 from ..decoding.diffusion import diffusion_decode
 from ..decoding.rules import confidence_rule, hybrid_rule, serial_rule
 from ..evaluation.prompts import make_prompts
+from ..interrupts import Interrupted, SafeStop, SignalFlag, stopping_at_safe_points
 from ..model.fingerprint import model_fingerprint, tokenizer_hash
 from ..utils import check_run_dir
 from ..tokenizer import is_byte_tokenizer
@@ -334,22 +336,35 @@ def _identity(x):
 
 class TrajectoryWriter(BasePredictionWriter):
     """Appends each predicted item to this rank's shard of its block-length group; the shard writers
-    buffer whole chunks; everything is flushed and committed at the end."""
+    buffer whole chunks; everything is flushed and committed at the end.
 
-    def __init__(self, path: str, block_lengths: list[int], rows_per_chunk: int):
+    ``flag`` (from :func:`~workbench.interrupts.stopping_at_safe_points`): once a SIGINT or SIGTERM has set it,
+    the writer stops the loop after the item in flight (its safe point): it commits every item decoded so far
+    and raises :class:`~workbench.interrupts.SafeStop` with the one-line :meth:`stop_message`."""
+
+    def __init__(self, path: str, block_lengths: list[int], rows_per_chunk: int, flag: SignalFlag | None = None):
         super().__init__(write_interval="batch")
         self.path, self.block_lengths, self.rows_per_chunk = path, list(block_lengths), rows_per_chunk
+        self.flag = flag
         self.writers: dict = {}
+        self.planned = {b: 0 for b in self.block_lengths}   # this rank's work items per B (set by CollectData)
         self.rows_written = {b: 0 for b in self.block_lengths}
         self.seconds = 0.0
 
     def open(self, rank: int) -> dict:
-        """Open (or resume) this rank's shard writer of every block length; returns them by B."""
+        """Open (or resume) this rank's shard writer of every block length; returns them by B. Raises
+        :class:`~workbench.trajectories.store.StoreError` or :class:`~workbench.atomic.DiskFullError` (the
+        writers opened before are kept, so :meth:`on_exception` releases them)."""
         from .store import ShardWriter
 
-        self.writers = {b: ShardWriter(self.path, b, rank=rank, rows_per_chunk=self.rows_per_chunk)
-                        for b in self.block_lengths}
+        self.writers = {}
+        for b in self.block_lengths:
+            self.writers[b] = ShardWriter(self.path, b, rank=rank, rows_per_chunk=self.rows_per_chunk)
         return self.writers
+
+    def on_predict_start(self, trainer, pl_module):
+        if self.flag is not None:       # Lightning installed its own SIGTERM handler as the loop started
+            self.flag.install()
 
     def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0):
         t0 = time.perf_counter()
@@ -357,23 +372,33 @@ class TrajectoryWriter(BasePredictionWriter):
         self.writers[b].append(prediction["item_id"], prediction["rows"], prediction["trajs"])
         self.rows_written[b] += len(prediction["rows"]["step"])
         self.seconds += time.perf_counter() - t0
-        if trainer.received_sigterm:
-            self.stop_on_sigterm()
+        if self.flag is not None and self.flag.signum is not None:
+            self.close()
+            raise SafeStop(self.flag.signum, self.stop_message(self.flag.signum))
 
-    def stop_on_sigterm(self) -> None:
-        """Lightning's SIGTERM handler only sets ``trainer.received_sigterm``, and its predict loop (unlike fit's)
-        never reads it, so a `kill` left a collection running to the end. After the item in flight: commit every
-        item decoded so far, print one line and exit with status 143 (128 + SIGTERM); rerunning resumes."""
+    def stop_message(self, signum: int) -> str:
+        """The line printed when a signal stopped the collection: the work items committed (of this rank's plan)
+        per block length, and how to go on."""
+        done = {b: len(w.done_items) for b, w in self.writers.items()}
+        per_b = ", ".join(f"B{b}: {done.get(b, 0)} of {n}" for b, n in self.planned.items())
+        return (f"interrupted after committing {sum(done.values())} of {sum(self.planned.values())} work items "
+                f"({per_b}); {signal.Signals(signum).name}: stopped after the item in flight; rerun the same "
+                "command to resume")
+
+    def close(self) -> None:
+        """Commit every appended item and release the shard writers. Raises
+        :class:`~workbench.atomic.DiskFullError` on a full disk."""
         for w in self.writers.values():
             w.close()
-        done = {b: len(w.done_items) for b, w in self.writers.items()}
-        print(f"workbench collect: SIGTERM: stopped after committing work items {done} per block length; rerun the "
-              "same command to resume", file=sys.stderr, flush=True)
-        raise SIGTERMException(143)
 
     def on_predict_end(self, trainer, pl_module):
+        self.close()
+
+    def on_exception(self, trainer, pl_module, exception):
+        """A failure (a full disk, a second Ctrl-C) stops the loop: release the shard locks without writing more;
+        what was committed stays committed, and a rerun resumes after it."""
         for w in self.writers.values():
-            w.close()
+            w.release()
 
 
 class CollectData(pl.LightningDataModule):
@@ -388,6 +413,7 @@ class CollectData(pl.LightningDataModule):
         rank, world = self.trainer.global_rank, self.trainer.world_size
         writers = self.writer.open(rank)
         check_same_world(self.writer.path, self.items[rank::world], rank, world)
+        self.writer.planned = {b: sum(1 for it in self.items[rank::world] if it[0] == b) for b in writers}
         mine = [it for it in self.items[rank::world] if it[1] not in writers[it[0]].done_items]
         return DataLoader(ItemDataset(mine), batch_size=None, shuffle=False, collate_fn=_identity)
 
@@ -475,12 +501,19 @@ def check_extension(cfg: CollectConfig, docs, enc, categories: list[str],
 
 
 def run_collect(cfg: CollectConfig) -> dict:
-    """Collect (or resume) a store; returns counts and timings per block length."""
+    """Collect (or resume) a store; returns counts and timings per block length.
+
+    ``--out`` must be absent, an empty directory or a trajectory store
+    (:func:`~workbench.trajectories.store.check_store_path`), checked before anything is written. Raises
+    :class:`~workbench.trajectories.store.StoreError` / ``ValueError`` (one line) for bad settings or paths,
+    :class:`~workbench.atomic.DiskFullError` on a full disk (committed items stay; rerun after freeing space),
+    :class:`~workbench.interrupts.Interrupted` after a SIGINT / SIGTERM (completed items committed)."""
     from ..model.load import load_model
-    from .store import create_store, record_prompt_documents
+    from .store import check_store_path, create_store
 
     cfg.validate()
-    check_run_dir(Path(cfg.out).parent if not Path(cfg.out).exists() else cfg.out)   # a read-only file system
+    check_store_path(cfg.out, "--out")
+    check_run_dir(cfg.out, "--out")                     # a read-only file system
     pl.seed_everything(cfg.seed, verbose=False)
     model, tok, _ = load_model(cfg.model, "cpu", cfg.add_mask_token)
     check_context_fits(cfg, model)
@@ -507,17 +540,20 @@ def run_collect(cfg: CollectConfig) -> dict:
         check_resumed_prompts(cfg.out, attrs)
     create_store(cfg.out, attrs, list(cfg.block_lengths),
                  token_pca(emb, feature_spec(cfg.feature_dim)["pca_dim"], cfg.seed),
-                 growable=EXTENDABLE, extend=cfg.extend, replaceable=("prompt_digest",))
-    record_prompt_documents(cfg.out, prompt_documents(prompts))
+                 growable=EXTENDABLE, extend=cfg.extend, replaceable=("prompt_digest",),
+                 prompt_document=prompt_documents(prompts))
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    writer = TrajectoryWriter(cfg.out, cfg.block_lengths, cfg.rows_per_chunk)
-    trainer = pl.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, logger=False,
-                         callbacks=[writer], enable_progress_bar=cfg.progress_bar, enable_model_summary=False,
-                         use_distributed_sampler=False, inference_mode=True)
-    t0 = time.perf_counter()
-    trainer.predict(CollectModule(model, cfg.policy, cfg.threshold, pad, cfg.precision),
-                    datamodule=CollectData(items, writer), return_predictions=False)
-    wall = time.perf_counter() - t0
+    with stopping_at_safe_points(f"the store {cfg.out}") as flag:
+        writer = TrajectoryWriter(cfg.out, cfg.block_lengths, cfg.rows_per_chunk, flag)
+        trainer = pl.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, logger=False,
+                             callbacks=[writer], enable_progress_bar=cfg.progress_bar, enable_model_summary=False,
+                             use_distributed_sampler=False, inference_mode=True)
+        t0 = time.perf_counter()
+        trainer.predict(CollectModule(model, cfg.policy, cfg.threshold, pad, cfg.precision),
+                        datamodule=CollectData(items, writer), return_predictions=False)
+        wall = time.perf_counter() - t0
+    if flag.signum is not None:        # a signal after the last item's safe point: everything is committed
+        raise Interrupted(flag.signum, writer.stop_message(flag.signum))
     return {"rank": trainer.global_rank, "wall_s": wall, "write_s": writer.seconds,
             "trajectories": n_traj, "rows_written_this_run": writer.rows_written,
             "rows_written_total_this_run": sum(writer.rows_written.values())}

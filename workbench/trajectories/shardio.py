@@ -93,7 +93,8 @@ class ShardEncoder:
     def write(self, start: int, data: np.ndarray) -> None:
         """Write rows ``[start, start + len(data))``; ``start`` must be shard-aligned and the array's shape must
         already cover them. Every shard touched is replaced whole (the last one may be partial: its missing
-        rows are never read back because they lie beyond the committed length)."""
+        rows are never read back because they lie beyond the committed length). A failed write (``OSError``, e.g. a
+        full disk) leaves the old shard file and no temporary file."""
         assert start % self.shard == 0, "shard writes must start on a shard boundary"
         data = np.ascontiguousarray(data, dtype=self.array.dtype)
         for a in range(0, len(data), self.shard):
@@ -114,9 +115,13 @@ class ShardEncoder:
             path = _shard_path(self.array, (start + a) // self.shard)
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
-            with open(tmp, "wb") as f:
-                f.write(b"".join(blobs))
-            os.replace(tmp, path)
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(b"".join(blobs))
+                os.replace(tmp, path)
+            except BaseException:       # a full disk: no temporary file left holding the space
+                tmp.unlink(missing_ok=True)
+                raise
 
 
 class ShardedRows:

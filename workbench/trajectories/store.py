@@ -23,15 +23,26 @@ goes through zarr. Trajectory arrays use plain chunks of ``traj_per_chunk`` (102
 chunks of 4096. Every chunk is blosc-lz4 + byte shuffle (fast both ways; small token ids compress well).
 Arrays are written with ``write_empty_chunks=True`` so a missing chunk file always means damage.
 
-Durability. Every file write in zarr's LocalStore is atomic (temporary file + rename). The writer appends whole
-chunks, writes the data first and the commit record last; on open it rolls every array back to the end of
-the last fully committed work item. So a writer may be SIGKILLed at any point and a restart with the same
-arguments produces the same arrays as an uninterrupted run. One process per shard group (an flock on the
-shard directory enforces it). Consolidated metadata is never used (it goes stale after appends).
+Durability. Every file write in zarr's LocalStore is atomic (temporary file + rename), and so are the shard
+files of ``shardio``: a full disk or a kill leaves the old file or the new one, never a damaged metadata file
+(``zarr.json``: attrs, commit records) or chunk. The writer appends whole chunks, writes the data first and
+the commit record last; on open it rolls every array back to the end of the last fully committed work item.
+So a writer may be SIGKILLed at any point and a restart with the same arguments produces the same arrays as
+an uninterrupted run. One process per shard group (an flock on the shard directory enforces it). Consolidated
+metadata is never used (it goes stale after appends).
+
+A full disk is reported as one :class:`~workbench.atomic.DiskFullError` naming the store or shard; what was
+committed before stays committed, a store or shard group whose creation failed is removed, and a rerun of the
+same ``workbench collect`` command after freeing space resumes.
+
+Identity. Root attr ``kind`` is ``"trajectory store"`` (stores written before it lack it and still open).
+:func:`content_identity` hashes the attrs that determine a store's rows: two stores with one identity (a copy,
+or two collections with the same settings) hold the same rows for every work item both committed.
 """
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import math
@@ -47,6 +58,8 @@ import pandas as pd
 import zarr
 from zarr.codecs import BloscCodec
 
+from ..atomic import DiskFullError, disk_full_error, is_disk_full
+from ..run_folder import STORE_KIND, enclosing_store, folder_kind
 from .schema import ITEM_COLUMNS, PCA_DIM, SCHEMA_VERSION, row_array_specs, row_nbytes, traj_array_specs
 from .shardio import fast_reader, fast_writer
 
@@ -116,6 +129,18 @@ class StoreError(ValueError):
     """A one-line, user-facing store problem: what is wrong and how to fix it."""
 
 
+@contextmanager
+def reporting_full_disk(path):
+    """Turn an ``OSError`` of a full device raised inside the block into one :class:`DiskFullError` naming
+    ``path`` (the store or shard being written); other exceptions pass unchanged."""
+    try:
+        yield
+    except OSError as e:
+        if isinstance(e, DiskFullError) or not is_disk_full(e):
+            raise
+        raise disk_full_error(path) from None
+
+
 # ----------------------------------------------------------------------------------------------- create / open
 def _jsonable(attrs: dict) -> dict:
     """``attrs`` as zarr stores them (JSON round trip; numpy scalars / arrays become Python values)."""
@@ -141,10 +166,12 @@ def _pca_width(attrs: dict) -> int:
 
 
 def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndarray | None = None,
-                 growable: tuple[str, ...] = (), extend: bool = False, replaceable: tuple[str, ...] = ()) -> None:
-    """Create a store at ``path`` (root attrs ``{"schema_version": SCHEMA_VERSION, **attrs}``, one group ``B{B}``
-    per block length, optional ``token_pca`` (V, pca_dim) stored as float16, pca_dim from ``attrs["feature_spec"]``,
-    44 by default).
+                 growable: tuple[str, ...] = (), extend: bool = False, replaceable: tuple[str, ...] = (),
+                 prompt_document: np.ndarray | None = None) -> None:
+    """Create a store at ``path`` (root attrs ``{"schema_version": SCHEMA_VERSION, "kind": "trajectory store",
+    **attrs}``, one group ``B{B}`` per block length, optional ``token_pca`` (V, pca_dim) stored as float16, pca_dim
+    from ``attrs["feature_spec"]``, 44 by default, and optional ``prompt_document``, recorded as
+    :func:`record_prompt_documents` does).
 
     If a store with identical attrs, block lengths and ``token_pca`` exists this is a no-op (how resume
     re-opens it). Raises StoreError if it exists with different settings or ``path`` is something else.
@@ -159,15 +186,50 @@ def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndar
     ``workbench collect``): once every other setting matched, a new value is written (or added to a store that
     lacks it) instead of refused.
 
-    Atomic against concurrent creators: the whole check-or-create runs under an exclusive lock on
-    ``.<name>.create-lock`` beside the store (``fcntl.flock``, released if the process dies), so of two collections
-    started at once into a new path, the second finds the first's finished store and is refused if its settings
-    differ.
+    A store without ``kind`` (written before it existed) is given it; one of another kind is refused.
+
+    Atomic against concurrent creators: the whole check-or-create runs under an exclusive lock on the directory
+    that holds the store (:func:`_creation_lock`), so of two collections started at once into a new path, the
+    second finds the first's finished store and is refused if its settings differ.
+
+    All or nothing: a creation that fails (a full disk, Ctrl-C) removes what it wrote (and the parent
+    directories it made), so ``path`` is as before; a kill leaves a partial store that the next call completes
+    (the root attrs, written last, mark it complete). Raises :class:`DiskFullError` on a full disk.
     """
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with _creation_lock(p):
-        _create_store_locked(p, attrs, block_lengths, token_pca, tuple(growable), extend, tuple(replaceable))
+    made = _missing_ancestor(p.parent)
+    try:
+        with reporting_full_disk(p):
+            p.parent.mkdir(parents=True, exist_ok=True)
+            with _creation_lock(p):
+                _create_store_locked(p, attrs, block_lengths, token_pca, tuple(growable), extend, tuple(replaceable),
+                                     prompt_document)
+    except BaseException:
+        _remove_empty_dirs(p.parent, made)
+        raise
+
+
+def _missing_ancestor(p: Path) -> Path | None:
+    """The outermost ancestor-or-self of ``p`` that does not exist yet (None: ``p`` exists)."""
+    missing = None
+    for q in (p, *p.parents):
+        if q.exists():
+            return missing
+        missing = q
+    return missing
+
+
+def _remove_empty_dirs(p: Path, top: Path | None) -> None:
+    """Remove ``p`` and its ancestors up to ``top`` while they are empty (the parents a failed creation made)."""
+    if top is None:
+        return
+    for q in (p, *p.parents):
+        try:
+            q.rmdir()
+        except OSError:
+            return
+        if q == top:
+            return
 
 
 def _not_smaller(new, old) -> bool:
@@ -179,19 +241,27 @@ def _not_smaller(new, old) -> bool:
 
 @contextmanager
 def _creation_lock(p: Path):
-    lock = p.parent / f".{p.name}.create-lock"
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    """An exclusive ``flock`` on the directory that holds store ``p`` (released when the block ends or the process
+    dies). Locking the directory itself leaves no lock file behind; creations of other stores in the same
+    directory wait for each other, which costs little (a creation takes milliseconds). Stores created before this
+    lock left an empty ``.<name>.create-lock`` file beside them: harmless, and safe to delete."""
+    fd = os.open(p.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+#: Entries of a store directory whose creation was interrupted (``zarr.<hex>.partial``: the temporary file of a
+#: root-metadata write a kill interrupted).
+_CREATION_ENTRIES = r"zarr\.json|token_pca|prompt_document|B\d+|zarr\.\w+\.partial"
 
 
 def _create_store_locked(p: Path, attrs: dict, block_lengths: list[int], token_pca: np.ndarray | None,
                          growable: tuple[str, ...] = (), extend: bool = False,
-                         replaceable: tuple[str, ...] = ()) -> None:
-    attrs = {"schema_version": SCHEMA_VERSION, **_jsonable(attrs)}
+                         replaceable: tuple[str, ...] = (), prompt_document: np.ndarray | None = None) -> None:
+    attrs = {"schema_version": SCHEMA_VERSION, "kind": STORE_KIND, **_jsonable(attrs)}
     lens = sorted({int(b) for b in block_lengths})
     if not lens or min(lens) < 1:
         raise StoreError(f"block_lengths {block_lengths} must be a non-empty list of positive ints")
@@ -208,11 +278,13 @@ def _create_store_locked(p: Path, attrs: dict, block_lengths: list[int], token_p
         if "schema_version" in root.attrs:  # a finished store: compare settings
             old = {"block_lengths": _block_lengths(root), **dict(root.attrs)}
             new = {"block_lengths": lens, **attrs}
+            if old.get("kind", STORE_KIND) != STORE_KIND:
+                raise StoreError(f"{p} is a {old['kind']!r}, not a workbench trajectory store: choose another path")
             grown = {}
             for key in sorted(set(old) | set(new), key=str):
                 if old.get(key) == new.get(key):
                     continue
-                if key in replaceable and key in new:
+                if (key in replaceable or key == "kind") and key in new:
                     grown[key] = new[key]                        # written below, once the rest matched
                     continue
                 larger = key in growable and _not_smaller(new.get(key), old.get(key))
@@ -230,24 +302,75 @@ def _create_store_locked(p: Path, attrs: dict, block_lengths: list[int], token_p
                 raise StoreError(f"store {p} was created with different settings (token_pca differs); use a new path or delete it")
             if grown:
                 zarr.open_group(p, mode="r+").update_attributes(grown)   # one atomic zarr.json write
+            if prompt_document is not None:
+                _record_documents_locked(p, prompt_document)
             return
-    # zarr.<hex>.partial: the temporary file of a root-metadata write a kill interrupted
-    known = r"zarr\.json|token_pca|prompt_document|B\d+|zarr\.\w+\.partial"
-    if p.exists() and not (p.is_dir() and all(re.fullmatch(known, f) for f in os.listdir(p))):
+    if p.exists() and not (p.is_dir() and _only_creation_entries(p)):
         raise StoreError(f"{p} exists and is not a workbench trajectory store: choose another path")
     # New store, or an interrupted create_store: build from scratch; root attrs last (they mark it complete).
+    existed = p.exists()
     try:
-        root = zarr.open_group(p, mode="w")
+        _undo_creation(p, existed)      # an interrupted creation's entries (not the directory: it may be a mount point)
+        root = zarr.open_group(p, mode="w-")
         for b in lens:
             root.create_group(f"B{b}", attributes={"block_length": b})
         if token_pca is not None:
             arr = root.create_array("token_pca", shape=token_pca.shape, dtype=np.float16,
                                     chunks=(min(len(token_pca), 8192) or 1, token_pca.shape[1]), compressors=COMPRESSORS)
             arr[:] = token_pca
+        if prompt_document is not None:
+            _documents_array(p / "prompt_document", prompt_document)
         root.update_attributes(attrs)  # one atomic zarr.json write (attrs.update rewrites it once per key)
     except (zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError):
+        _undo_creation(p, existed)
         raise StoreError(f"another collection holds the store {p} (it created it meanwhile); wait for it or use "
                          "another --out") from None
+    except BaseException:
+        _undo_creation(p, existed)
+        raise
+
+
+def _only_creation_entries(p: Path) -> bool:
+    """Whether directory ``p`` holds nothing but what a store's creation writes (empty counts)."""
+    return all(re.fullmatch(_CREATION_ENTRIES, f) for f in os.listdir(p))
+
+
+def _undo_creation(p: Path, existed: bool) -> None:
+    """Remove what a failed creation wrote at ``p``: the directory, or only its entries when it existed before
+    (an empty directory given as the store path, which may be a mount point)."""
+    if not existed:
+        shutil.rmtree(p, ignore_errors=True)
+        return
+    for f in os.listdir(p) if p.is_dir() else ():
+        if re.fullmatch(_CREATION_ENTRIES, f):
+            q = p / f
+            shutil.rmtree(q, ignore_errors=True) if q.is_dir() else q.unlink(missing_ok=True)
+
+
+def check_store_path(path, option: str = "--out") -> None:
+    """Refuse, before anything is written, a path that cannot become (or be resumed as) a trajectory store: it must
+    be absent (outside any store), an empty directory, or a trajectory store (``zarr.json``; :func:`create_store`
+    then compares its settings). A file, a symbolic link that leads nowhere (a loop, a missing target), a
+    workbench run folder (``run.json``), a directory of other files and a path inside a store are refused.
+    Raises :class:`StoreError` (one line naming ``option`` and what was found)."""
+    p = Path(path)
+    fix = f"choose another {option}: a new path, an empty directory or a trajectory store"
+    if os.path.lexists(p) and not p.exists():
+        raise StoreError(f"{option} {p} is a symbolic link that leads nowhere (a loop, or a missing target); {fix}")
+    if p.exists() and not p.is_dir():
+        raise StoreError(f"{option} {p} exists and is not a directory; {fix}")
+    if p.is_dir() and (p / "zarr.json").is_file():
+        return
+    store = enclosing_store(p)
+    if store is not None:
+        raise StoreError(f"{option} {p} lies inside the trajectory store {store}; {fix}")
+    if not p.is_dir():
+        return
+    kind = folder_kind(p)
+    if kind is not None:
+        raise StoreError(f"{option} {p} holds a `workbench {kind}` run (run.json), not a trajectory store; {fix}")
+    if not _only_creation_entries(p):
+        raise StoreError(f"{option} {p} is a directory of other files, not a trajectory store; {fix}")
 
 
 def record_prompt_documents(path, documents: np.ndarray) -> None:
@@ -255,32 +378,52 @@ def record_prompt_documents(path, documents: np.ndarray) -> None:
 
     Written when the store lacks it (a store collected before it existed gets it on resume) or holds a shorter one
     (``--extend`` added prompts); otherwise a no-op. The array is built beside the store and renamed into place,
-    so a kill leaves either no array or a whole one. Raises :class:`StoreError` when the recorded documents are
-    not a prefix of ``documents`` (the corpus changed under the store, which its prompt digest also refuses).
+    so a kill leaves either no array or a whole one, and a failed write (a full disk) leaves nothing beside the
+    store. Raises :class:`StoreError` when the recorded documents are not a prefix of ``documents`` (the corpus
+    changed under the store, which its prompt digest also refuses), :class:`DiskFullError` on a full disk.
     """
     p = Path(path)
+    with reporting_full_disk(p), _creation_lock(p):
+        _record_documents_locked(p, documents)
+
+
+def _documents_array(where: Path, documents: np.ndarray) -> None:
+    """Write ``documents`` as the int64 zarr array at ``where`` (a new path)."""
     documents = np.asarray(documents, dtype=np.int64)
-    with _creation_lock(p):
-        root = zarr.open_group(p, mode="r")
-        if "prompt_document" in root:
-            old = root["prompt_document"][:]
-            n = min(len(old), len(documents))
-            if not np.array_equal(old[:n], documents[:n]):
-                raise StoreError(f"store {p} records other source files for its prompts than this corpus gives: "
-                                 "collect into a new path")
-            if len(old) >= len(documents):
-                return
-        tmp = p.parent / f".{p.name}.prompt_document.partial"
-        shutil.rmtree(tmp, ignore_errors=True)
-        arr = zarr.create_array(str(tmp), shape=documents.shape, dtype=np.int64,
-                                chunks=(max(1, min(len(documents), 1 << 16)),), compressors=COMPRESSORS,
-                                config={"write_empty_chunks": True})
-        arr[:] = documents
-        old = p.parent / f".{p.name}.prompt_document.old"
+    arr = zarr.create_array(str(where), shape=documents.shape, dtype=np.int64,
+                            chunks=(max(1, min(len(documents), 1 << 16)),), compressors=COMPRESSORS,
+                            config={"write_empty_chunks": True})
+    arr[:] = documents
+
+
+def _record_documents_locked(p: Path, documents: np.ndarray) -> None:
+    """:func:`record_prompt_documents` under the creation lock."""
+    documents = np.asarray(documents, dtype=np.int64)
+    root = zarr.open_group(p, mode="r")
+    if "prompt_document" in root:
+        old = root["prompt_document"][:]
+        n = min(len(old), len(documents))
+        if not np.array_equal(old[:n], documents[:n]):
+            raise StoreError(f"store {p} records other source files for its prompts than this corpus gives: "
+                             "collect into a new path")
+        if len(old) >= len(documents):
+            return
+    tmp = p.parent / f".{p.name}.prompt_document.partial"
+    old = p.parent / f".{p.name}.prompt_document.old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _documents_array(tmp, documents)
         shutil.rmtree(old, ignore_errors=True)
         if (p / "prompt_document").exists():
             os.replace(p / "prompt_document", old)       # a reader meanwhile may miss the record, never read half
-        os.replace(tmp, p / "prompt_document")
+        try:
+            os.replace(tmp, p / "prompt_document")
+        except BaseException:
+            if old.exists():
+                os.replace(old, p / "prompt_document")    # keep the old record
+            raise
+    finally:                                             # a failed write (a full disk) leaves nothing beside the store
+        shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
 
 
@@ -307,13 +450,40 @@ def open_store(path) -> zarr.Group:
         raise StoreError(f"{p} is not a readable zarr group ({type(e).__name__}): check the path") from None
     version = root.attrs.get("schema_version")
     if not isinstance(version, int):
+        if not dict(root.attrs) and _only_creation_entries(p):
+            raise StoreError(f"store {p} was never finished (its creation was interrupted): rerun the same "
+                             "`workbench collect` command to create it")
         raise StoreError(f"{p} is not a workbench trajectory store (no schema_version attribute): check the path")
+    if root.attrs.get("kind", STORE_KIND) != STORE_KIND:
+        raise StoreError(f"{p} is a {root.attrs['kind']!r}, not a workbench trajectory store: check the path")
     if version > SCHEMA_VERSION:
         raise StoreError(f"store schema version {version} is newer than this workbench ({SCHEMA_VERSION}); upgrade workbench")
     if version < SCHEMA_VERSION:
         raise StoreError(f"store schema version {version} is older than this workbench's ({SCHEMA_VERSION}: top "
                          "probabilities in float32); collect it again with `workbench collect`")
     return root
+
+
+#: Root attrs that do not change which rows a work item holds: bookkeeping (``kind``), where the model was loaded
+#: from (``model``; ``model_fingerprint`` identifies its weights), the size of the plan (prompt choice is
+#: prefix-stable, so a larger plan's first work items are a smaller one's: ``n_prompts``, ``prompts_per_file``,
+#: ``work_items``, ``prompt_digest``, ``categories``), the cut into work items (``batch_size``) and the features
+#: derived from the rows (``feature_spec``).
+NOT_CONTENT_ATTRS = ("kind", "model", "n_prompts", "prompts_per_file", "work_items", "prompt_digest", "categories",
+                     "batch_size", "feature_spec")
+
+
+def content_identity(path) -> str:
+    """The content identity of store ``path``: sha256 (first 16 hex digits) of its root attrs except
+    :data:`NOT_CONTENT_ATTRS`, i.e. of everything that determines the rows of a work item (model, tokenizer,
+    policy and threshold, corpus and split, seed, context, blocks, block lengths, precision, schema).
+
+    Two stores with one identity hold the same rows for every work item both committed: a copy of a store
+    (``cp -r``), or two collections with the same settings, also when one has more prompts than the other, so
+    reading both would read those rows twice. (Not told apart: collections whose corpus path names other texts,
+    with every other setting equal.) Raises :class:`StoreError` for a missing or damaged store."""
+    attrs = {k: v for k, v in dict(open_store(path).attrs).items() if k not in NOT_CONTENT_ATTRS}
+    return hashlib.sha256(json.dumps(attrs, sort_keys=True).encode()).hexdigest()[:16]
 
 
 # ------------------------------------------------------------------------------------------------------ writer
@@ -383,8 +553,12 @@ class ShardWriter:
 
     On open the writer rolls back to the last fully committed item (a commit can land mid-item) and resizes
     every array to it, so appends continue from a consistent point. Chunk sizes of an existing shard win over
-    the arguments. Raises StoreError if the store is missing / has no such block length / the shard is held by
-    another process.
+    the arguments. A shard group whose creation fails is removed again. Raises StoreError if the store is missing
+    / has no such block length / the shard is held by another process, :class:`DiskFullError` (here and in
+    :meth:`append`, :meth:`flush`, :meth:`close`) on a full disk.
+
+    A write that fails (a full disk, an interrupt) leaves the writer *broken*: what it committed before stays
+    committed, it writes nothing more, and :meth:`close` only releases the lock; a new writer resumes.
     """
 
     def __init__(self, path, block_length: int, rank: int = 0, rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK,
@@ -395,22 +569,37 @@ class ShardWriter:
             raise StoreError(f"store {path} has no block length {B} (has {_block_lengths(root)}): "
                              f"create it with block_lengths including {B}")
         self.name = f"B{B}/shard-{int(rank):03d}"
-        shard_dir = Path(path) / self.name
-        shard_dir.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(shard_dir, os.O_RDONLY)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            raise StoreError(f"shard {self.name} of {path} is being written by another process: give each "
-                             "process its own rank") from None
+        self._broken = False
+        shard_dir = self._dir = Path(path) / self.name
+        with reporting_full_disk(shard_dir):
+            shard_dir.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(shard_dir, os.O_RDONLY)
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+                raise StoreError(f"shard {self.name} of {path} is being written by another process: give each "
+                                 "process its own rank") from None
+            try:
+                self._open(Path(path), shard_dir, rows_per_chunk, traj_per_chunk)
+            except BaseException:
+                self.release()
+                raise
+
+    def _open(self, path: Path, shard_dir: Path, rows_per_chunk: int, traj_per_chunk: int) -> None:
+        """Create (or finish creating) the shard group, then roll it back to its last commit."""
         for tmp in shard_dir.rglob("*.partial"):  # temp files of writes interrupted by a kill
             tmp.unlink(missing_ok=True)
-        group = zarr.open_group(Path(path), mode="a")[f"B{B}"]
+        group = zarr.open_group(path, mode="a")[f"B{self.block_length}"]
         if "commit" not in zarr.open_group(shard_dir, mode="a").attrs:  # new, or creation was interrupted
-            self.group = self._create(group, shard_dir, rows_per_chunk, traj_per_chunk)
+            try:
+                self.group = self._create(group, shard_dir, rows_per_chunk, traj_per_chunk)
+            except BaseException:
+                shutil.rmtree(shard_dir, ignore_errors=True)   # under our lock: nothing half-created stays
+                raise
         else:
-            self.group = group[f"shard-{int(rank):03d}"]
+            self.group = group[shard_dir.name]
         self._recover()
 
     def _create(self, parent: zarr.Group, shard_dir: Path, rows_per_chunk: int, traj_per_chunk: int) -> zarr.Group:
@@ -492,7 +681,18 @@ class ShardWriter:
             self.flush()
 
     def flush(self, final: bool = False) -> None:
-        """Write whole buffered chunks (``final``: everything, trimmed to exact lengths), then the commit record."""
+        """Write whole buffered chunks (``final``: everything, trimmed to exact lengths), then the commit record.
+        Raises :class:`DiskFullError` on a full disk (the writer is then broken, see the class docstring)."""
+        if self._broken:
+            raise StoreError(f"the writer of {self.name} failed in an earlier write: open a new ShardWriter to resume")
+        try:
+            with reporting_full_disk(self._dir):
+                self._flush(final)
+        except BaseException:
+            self._broken = True      # its buffers may be half-written: never write them again
+            raise
+
+    def _flush(self, final: bool) -> None:
         self.rows.write(final)
         self.trajs.write(final)
         n_done = 0
@@ -516,12 +716,22 @@ class ShardWriter:
         self._done.update(i for i, _, _ in done)
 
     def close(self) -> None:
-        """``flush(final=True)`` and release the shard lock."""
+        """``flush(final=True)`` (not for a broken writer) and release the shard lock. Raises
+        :class:`DiskFullError` on a full disk (the lock is released all the same)."""
         if self._lock_fd is None:
             return
-        self.flush(final=True)
-        os.close(self._lock_fd)
-        self._lock_fd = None
+        try:
+            if not self._broken:
+                self.flush(final=True)
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Release the shard lock without writing: items appended since the last commit are dropped (a new writer
+        resumes after the last committed item)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def __enter__(self) -> "ShardWriter":
         return self
@@ -848,7 +1058,8 @@ def verify_store(path, model_fingerprint: str | None = None, tokenizer_hash: str
             raise StoreError(f"store {path} is an unfinished collection: {done} of {want} work items committed at "
                              f"B = {B}; rerun the same `workbench collect` command to finish it")
     if not any(v["rows"] for v in summary["block_lengths"].values()):
-        raise StoreError(f"store {path} holds no rows (its collection committed nothing): run `workbench collect` again")
+        raise StoreError(f"store {path} holds no rows (its collection committed nothing): rerun the same "
+                         "`workbench collect` command to collect them")
     return summary
 
 
@@ -910,8 +1121,11 @@ def _read(arr: zarr.Array, sl: slice, where: str) -> np.ndarray:
 
 def _verify_shard(root: Path, name: str, g: zarr.Group, c: dict, B: int, vocab: int | None = None,
                   n_cat: int | None = None) -> None:
+    if c is None:                      # the writer's creation of the group was killed before its first commit
+        raise StoreError(f"shard {name} was never committed (its creation was interrupted): rerun the same "
+                         "`workbench collect` command to finish it")
     if not isinstance(c, dict) or set(c) != set(_EMPTY_COMMIT):
-        raise StoreError(f"shard {name} has no valid commit record: its writer never committed; delete the shard group and re-run the collection")
+        raise StoreError(f"shard {name} has a damaged commit record: delete the shard group and re-run the collection")
     arrays = {}
     for sub, spec, n in (("rows", row_array_specs(B), c["rows"]), ("trajectories", traj_array_specs(B), c["trajs"])):
         for k, s in spec.items():

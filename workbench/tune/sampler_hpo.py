@@ -17,8 +17,8 @@ from pathlib import Path
 import optuna
 import pytorch_lightning as pl
 
-from ..utils import prepare_run_dir
-from .storage import mark_worker, open_study
+from ..atomic import write_bytes, write_json
+from .storage import check_existing_study, check_study_identity, make_storage, mark_worker, open_study
 from .workers import optimize_until, run_workers, worker_seed
 
 
@@ -81,19 +81,39 @@ class SamplerHPOConfig:
 
 def run_sampler_hpo(cfg: SamplerHPOConfig) -> dict:
     """Create or resume the study and run it to ``n_trials`` finished trials; returns the best trial."""
+    from ..interrupts import Interrupted
+    from ..run_folder import check_run, open_run, run_settings
+
     if cfg.n_workers < 1:
         raise ValueError(f"--n_workers must be ≥ 1, got {cfg.n_workers}")
-    out = prepare_run_dir(cfg.out_dir)
-    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = _open(cfg, 0)
-    t0 = time.time()
-    if _finished(study) < cfg.n_trials:
-        run_workers(partial(_hpo_worker, asdict(cfg)), cfg.n_workers, study)
+    folder_args = dict(path=cfg.out_dir, kind="sweep sampler", settings=run_settings(cfg), may_change=HPO_MAY_CHANGE)
+    check_run(**folder_args)
+    ident = measurement_identity(cfg)
+    if cfg.storage or (Path(cfg.out_dir) / "optuna.db").is_file():     # a foreign study: refused before any write
+        check_existing_study(cfg.study, make_storage(cfg.storage, Path(cfg.out_dir)), ident)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    with open_run(**folder_args) as folder:
+        out = folder.path
+        write_json(out / "config.json", asdict(cfg))
+        study = _open(cfg, 0)
+        check_study_identity(study, ident)
+        t0 = time.time()
+        try:
+            if _finished(study) < cfg.n_trials:
+                run_workers(partial(_hpo_worker, asdict(cfg)), cfg.n_workers, study)
+        except Interrupted as e:
+            raise Interrupted(e.signum, f"interrupted after {_finished(study)} finished trials; rerun the same "
+                                        "command to run the rest") from None
+        return _export(cfg, study, out, t0)
+
+
+def _export(cfg: SamplerHPOConfig, study: optuna.Study, out: Path, t0: float) -> dict:
+    """Write ``trials.parquet`` and ``best_params.json``, drop the other trials' folders (unless kept); returns the
+    summary :func:`run_sampler_hpo` returns."""
     df = study.trials_dataframe()
-    df.to_parquet(out / "trials.parquet", index=False)
+    write_bytes(out / "trials.parquet", df.to_parquet(index=False))
     best = study.best_trial
-    (out / "best_params.json").write_text(json.dumps({"number": best.number, "val_auc": best.value, **best.params}, indent=2) + "\n")
+    write_json(out / "best_params.json", {"number": best.number, "val_auc": best.value, **best.params})
     if not cfg.keep_trial_dirs:
         for p in out.glob("trial-*"):
             if p.name != f"trial-{best.number:03d}":
@@ -101,6 +121,23 @@ def run_sampler_hpo(cfg: SamplerHPOConfig) -> dict:
     states = df["state"].value_counts().to_dict() if len(df) else {}
     return {"study": cfg.study, "best": {"number": best.number, "val_auc": best.value, **best.params},
             "states": states, "wall_s": time.time() - t0, "out_dir": str(out)}
+
+
+#: Settings of a ``sweep sampler`` out_dir that a rerun may change: the trial budget and workers, the search
+#: space and how it is searched, which trial folders are kept, where the study is stored. What a trial measures
+#: (the store, block length, epochs, validation interval, batch) stays fixed.
+HPO_MAY_CHANGE = ("n_trials", "n_workers", "seed", "keep_trial_dirs", "storage", "lr_low", "lr_high", "widths",
+                  "depth_low", "depth_high")
+
+
+def measurement_identity(cfg: SamplerHPOConfig) -> dict:
+    """What a trial of ``cfg`` measures (recorded in the study, :func:`~workbench.tune.storage.check_study_identity`):
+    every setting outside :data:`HPO_MAY_CHANGE` and the out_dir and study name, and the store's content identity."""
+    from ..trajectories.store import content_identity
+
+    ident = {k: v for k, v in asdict(cfg).items() if k not in (*HPO_MAY_CHANGE, "out_dir", "study")}
+    ident["store_identity"] = content_identity(cfg.store)
+    return ident
 
 
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -122,7 +159,7 @@ def _hpo_worker(cfg: dict, index: int, ready=lambda: None) -> None:
     from ..sampler.train import SamplerTrainConfig, train_sampler
 
     cfg = SamplerHPOConfig(**cfg)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     out = Path(cfg.out_dir)
     study = _open(cfg, index)
     base = SamplerTrainConfig(store=cfg.store, block_length=cfg.block_length, max_epochs=cfg.max_epochs,

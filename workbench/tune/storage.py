@@ -159,6 +159,41 @@ def recover_stale_trials(study: optuna.Study) -> list[int]:
     return sorted(running - still)
 
 
+#: The study user attribute that records what its trials measure (:func:`check_study_identity`).
+IDENTITY_ATTR = "workbench_measurement"
+
+
+def check_study_identity(study: optuna.Study, ident: dict) -> None:
+    """Record ``ident`` (the settings and fingerprints that change what a trial measures) in a new study; refuse
+    (one-line ``ValueError`` naming each setting that differs, with the study's value) to add trials to a study
+    that measured something else, in the out_dir's own storage and in a shared ``--storage`` alike. A study from
+    before identities were recorded gets this one if it has no trial yet, and is refused otherwise."""
+    old = study.user_attrs.get(IDENTITY_ATTR)
+    if old is None:
+        if study.trials:
+            raise ValueError(f"study {study.study_name!r} holds {len(study.trials)} trials that do not record what "
+                             "they measured (an older workbench): resume it with the workbench that started it, or "
+                             "give a new --study name")
+        study.set_user_attr(IDENTITY_ATTR, ident)
+        return
+    diff = [k for k in sorted(set(old) | set(ident)) if old.get(k) != ident.get(k)]
+    if diff:
+        was = ", ".join(f"{k} {old.get(k)!r} (now {ident.get(k)!r})" for k in diff)
+        raise ValueError(f"study {study.study_name!r} measured with {was}; its trials would mix with this run's: "
+                         "rerun with the study's settings, or give a new --study name (or --out_dir)")
+
+
+def check_existing_study(name: str, storage, ident: dict) -> None:
+    """:func:`check_study_identity` on study ``name`` of ``storage`` (an opened storage) if it exists there;
+    nothing is created or written."""
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:                            # no such study yet
+        return
+    if study.user_attrs.get(IDENTITY_ATTR) is not None or study.trials:
+        check_study_identity(study, ident)
+
+
 def open_study(name: str, storage: str | None, out_dir: Path, sampler: str = "tpe", seed: int | None = 0,
                heartbeat_interval: int = 30, grace_period: int | None = None, **kwargs) -> optuna.Study:
     """Create the study ``name`` in ``make_storage(storage, out_dir)`` or resume it (``load_if_exists``).

@@ -4,8 +4,9 @@ name; several workers may share one storage; exports the Pareto front (Parquet) 
 from __future__ import annotations
 
 import json
-from functools import partial
 import time
+import warnings
+from functools import partial
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -13,8 +14,8 @@ import numpy as np
 import optuna
 import pandas as pd
 
-from ..utils import prepare_run_dir
-from .storage import make_storage, mark_worker, open_study
+from ..atomic import write_json
+from .storage import check_existing_study, check_study_identity, make_storage, mark_worker, open_study
 from .workers import optimize_until, run_workers, worker_seed
 
 SWEEP_POLICIES = ("confidence", "sampler")
@@ -149,30 +150,84 @@ class ThresholdObjective:
         return tpf, acc
 
 
+#: Settings of a sweep's out_dir that a rerun may change: how many trials and workers, how the next parameters
+#: are drawn and searched, where the study is stored. Every setting that changes a measurement stays fixed
+#: (:data:`MEASUREMENT`), and so does the study's name.
+SWEEP_MAY_CHANGE = ("n_trials", "n_workers", "seed", "heartbeat_interval", "optuna_sampler", "threshold_low",
+                    "threshold_high", "storage")
+#: The settings that change a trial's measurement (tpf, accuracy): a study records them with the fingerprints of
+#: its model, sampler and prompt set (:func:`measurement_identity`), and refuses a resume that changes any.
+MEASUREMENT = ("model", "policy", "sampler", "sampler_fallback", "block_lengths", "tune_block_length", "accuracy",
+               "mode", "corpus", "n_prompts", "prompt_len", "gen_len", "batch_size", "precision")
+def measurement_identity(cfg: SweepConfig, objective: "ThresholdObjective") -> dict:
+    """What a trial of ``cfg`` measures: the :data:`MEASUREMENT` settings, and the fingerprints of the model's
+    weights and tokenizer, of the sampler's weights and of the prompt set (token ids of every prompt and its
+    real continuation), so that a changed folder behind the same path is seen too."""
+    from ..model.fingerprint import model_fingerprint, tokenizer_hash
+    from ..trajectories.collect import prompt_digest
+
+    ident = {k: getattr(cfg, k) for k in MEASUREMENT}
+    ident.update(model_fingerprint=model_fingerprint(objective.model), tokenizer_hash=tokenizer_hash(objective.tok),
+                 prompt_digest=prompt_digest(objective.prompts),
+                 sampler_fingerprint=_file_digest(Path(cfg.sampler) / "sampler.safetensors") if cfg.sampler else None)
+    return json.loads(json.dumps(ident))
+
+
+def _file_digest(path: Path) -> str | None:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None
+
+
 def run_sweep(cfg: SweepConfig) -> dict:
-    """Create or resume the study, run until it has ``n_trials`` finished trials, export and plot."""
+    """Create or resume the study, run until it has ``n_trials`` finished trials, export and plot.
+
+    Everything that can be refused is checked first (:func:`~workbench.run_folder.check_run` for the out_dir,
+    :func:`~workbench.tune.storage.check_study_identity` for the study). Ctrl-C or SIGTERM fails the trials in flight (a rerun runs them
+    again), exports the finished ones and ends with :class:`~workbench.interrupts.Interrupted`."""
+    from ..interrupts import Interrupted
+    from ..run_folder import check_run, open_run, run_settings
+
     cfg.validate()
+    folder_args = dict(path=cfg.out_dir, kind="sweep", settings=run_settings(cfg), may_change=SWEEP_MAY_CHANGE)
+    check_run(**folder_args)
     if cfg.storage:                             # a bad --storage fails before anything is written
         make_storage(cfg.storage, Path(cfg.out_dir), cfg.heartbeat_interval)
-    out = prepare_run_dir(cfg.out_dir)
-    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = _open(cfg, 0)
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        study.set_metric_names(["tpf", cfg.accuracy])
-    before = _completed(study)
-    t0 = time.time()
-    if before < cfg.n_trials:
-        try:
-            run_workers(partial(_sweep_worker, asdict(cfg)), cfg.n_workers, study)
-        finally:
-            _OBJECTIVES.clear()             # the cache spans one sweep (its workers and the retry pass)
-    trials = export_study(study, out, cfg.accuracy)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)   # a trial's error reaches the command line once, from us
+    key = json.dumps(asdict(cfg), sort_keys=True)
+    _OBJECTIVES[key] = objective = ThresholdObjective(cfg)
+    ident = measurement_identity(cfg, objective)
+    _check_existing(cfg, ident)                 # a study that measured something else: refused before any write
+    try:
+        with open_run(**folder_args) as folder:
+            out = folder.path
+            write_json(out / "config.json", asdict(cfg))
+            study = _open(cfg, 0)
+            check_study_identity(study, ident)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")     # set_metric_names is marked experimental
+                study.set_metric_names(["tpf", cfg.accuracy])
+            before = _completed(study)
+            t0 = time.time()
+            try:
+                if before < cfg.n_trials:
+                    run_workers(partial(_sweep_worker, asdict(cfg)), cfg.n_workers, study)
+            except Interrupted as e:
+                export_study(study, out, cfg.accuracy)
+                raise Interrupted(e.signum, f"interrupted after {_completed(study)} finished trials (exported to "
+                                            f"{out}); rerun the same command to run the rest") from None
+            trials = export_study(study, out, cfg.accuracy)
+    finally:
+        _OBJECTIVES.clear()                     # the cache spans one sweep (its workers and the retry pass)
     return {"study": cfg.study, "trials_before": before, "trials_after": _completed(study),
             "wall_s": time.time() - t0, "pareto": trials["pareto"].to_dict(orient="records"), "out_dir": str(out)}
+
+
+def _check_existing(cfg: SweepConfig, ident: dict) -> None:
+    """:func:`~workbench.tune.storage.check_study_identity` on the study ``cfg.study`` if it exists already, in a
+    shared ``--storage`` or in the out_dir's own ``optuna.db`` (nothing is created)."""
+    if cfg.storage or (Path(cfg.out_dir) / "optuna.db").is_file():
+        check_existing_study(cfg.study, make_storage(cfg.storage, Path(cfg.out_dir), cfg.heartbeat_interval), ident)
 
 
 def _completed(study: optuna.Study) -> int:
@@ -193,7 +248,7 @@ def _sweep_worker(cfg: dict, index: int, ready=lambda: None) -> None:
     wait for the other workers (``ready``) and run trials until the study has ``n_trials`` complete ones."""
     key = json.dumps(cfg, sort_keys=True)
     cfg = SweepConfig(**cfg)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = _open(cfg, index)
     if key not in _OBJECTIVES:              # once per process (the parent's retry pass reuses its model)
         _OBJECTIVES[key] = ThresholdObjective(cfg)
