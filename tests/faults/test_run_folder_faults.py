@@ -264,7 +264,8 @@ def test_sweep_resumed_with_other_settings_is_refused(tmp_path, tiny_copy, cli):
     from workbench.model.io import load_checkpoint, save_checkpoint
 
     sw, model = tmp_path / "sw", ["--model", str(tiny_copy)]
-    assert cli(*SWEEP, *model, "--out_dir", sw).returncode == 0
+    p = cli(*SWEEP, *model, "--out_dir", sw)
+    assert p.returncode == 0 and p.stderr == "", p.stderr             # no ExperimentalWarning lines either
     before = _files(sw)
     _one_line(cli(*SWEEP, *model, "--out_dir", sw, "--n_trials", "3", "--n_prompts", "3", "--gen_len", "32"), 2,
               "n_prompts 2 (now 3)", "gen_len 16 (now 32)")

@@ -19,7 +19,6 @@ prompt list is a stable prefix in ``n_answers``; each batch's sampling seed depe
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -30,6 +29,7 @@ import pyarrow.parquet as pq
 from ..corpus import CorpusError, by_split, load_corpus
 from ..decoding.ar import ar_decode
 from ..evaluation.prompts import Prompt, make_prompts
+from ..atomic import atomic_path, write_json
 from ..utils import RunDirError, prepare_run_dir
 
 SIDECAR = "teacher.json"
@@ -124,12 +124,6 @@ def _rows(path: Path) -> int:
         return -1
 
 
-def _write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".partial")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
 def _check_resume(out: Path, settings: dict) -> None:
     side = out / SIDECAR
     if not side.exists():
@@ -190,7 +184,7 @@ def generate_teacher(cfg: TeacherConfig, model=None, tokenizer=None,
     n_chunks = (n + cfg.chunk_size - 1) // cfg.chunk_size
     side = {"settings": settings, "n_answers": n, "complete": False,
             "chunks": [_chunk_path(out, i).name for i in range(n_chunks)]}
-    _write_json(out / SIDECAR, side)
+    write_json(out / SIDECAR, side, sort_keys=True)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     for i in range(n_chunks):
         part = prompts[i * cfg.chunk_size:(i + 1) * cfg.chunk_size]
@@ -198,13 +192,12 @@ def generate_teacher(cfg: TeacherConfig, model=None, tokenizer=None,
         if _rows(path) == len(part):
             continue
         table = generate_chunk(model, part, cfg, i, pad)
-        tmp = path.with_suffix(".parquet.partial")
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp)
         if on_chunk is not None:
             on_chunk(i)
     side["complete"] = True
-    _write_json(out / SIDECAR, side)
+    write_json(out / SIDECAR, side, sort_keys=True)
     return out
 
 

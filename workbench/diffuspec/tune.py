@@ -13,6 +13,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..atomic import write_json, write_text
+
 
 @dataclass
 class TuneConfig:
@@ -87,14 +89,14 @@ def run(cfg: TuneConfig) -> dict:
         trial.set_user_attr("mat", sum(sum(a) for a in res.accepted) / max(1, sum(len(a) for a in res.accepted)))
         return tokens / cost
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(study_name="adl", direction="maximize", storage=f"sqlite:///{out / 'study.db'}",
                                 load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=cfg.seed))
     study.optimize(objective, n_trials=cfg.n_trials)
-    study.trials_dataframe().to_csv(out / "trials.csv", index=False)
+    write_text(out / "trials.csv", study.trials_dataframe().to_csv(index=False))
     best = {**study.best_params, "tpf_cost": study.best_value, **study.best_trial.user_attrs,
             "trials": len(study.trials), "config": asdict(cfg)}
-    (out / "best.json").write_text(json.dumps(best, indent=2, default=str) + "\n")
+    write_json(out / "best.json", best, default=str)
     return best
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import optuna
 import pandas as pd
 
-from ..atomic import write_json
+from ..atomic import atomic_path, write_bytes, write_json
 from .storage import check_existing_study, check_study_identity, make_storage, mark_worker, open_study
 from .workers import optimize_until, run_workers, worker_seed
 
@@ -258,7 +258,8 @@ def _sweep_worker(cfg: dict, index: int, ready=lambda: None) -> None:
 
 
 def export_study(study: optuna.Study, out: Path, accuracy: str = "accuracy") -> dict:
-    """Write ``trials.parquet`` (all finished trials), ``pareto.parquet`` (the Pareto front) and ``pareto.png``."""
+    """Write ``trials.parquet`` (all finished trials), ``pareto.parquet`` (the Pareto front) and ``pareto.png``, each
+    renamed into place when complete (:mod:`workbench.atomic`)."""
     rows = []
     best = {t.number for t in study.best_trials}
     for t in study.trials:
@@ -267,9 +268,9 @@ def export_study(study: optuna.Study, out: Path, accuracy: str = "accuracy") -> 
         rows.append({"number": t.number, "tpf": t.values[0], accuracy: t.values[1], **t.params,
                      **{f"user_{k}": v for k, v in t.user_attrs.items()}, "pareto": t.number in best})
     df = pd.DataFrame(rows)
-    df.to_parquet(out / "trials.parquet", index=False)
+    write_bytes(out / "trials.parquet", df.to_parquet(index=False))
     pareto = df[df["pareto"]].sort_values("tpf") if len(df) else df
-    pareto.to_parquet(out / "pareto.parquet", index=False)
+    write_bytes(out / "pareto.parquet", pareto.to_parquet(index=False))
     if len(df):
         import matplotlib
 
@@ -285,7 +286,8 @@ def export_study(study: optuna.Study, out: Path, accuracy: str = "accuracy") -> 
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out / "pareto.png", dpi=120)
+        with atomic_path(out / "pareto.png") as tmp:
+            fig.savefig(tmp, dpi=120, format="png")
         plt.close(fig)
     return {"trials": df, "pareto": pareto}
 
