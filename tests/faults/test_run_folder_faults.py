@@ -284,8 +284,8 @@ def test_sweep_resumed_with_other_settings_is_refused(tmp_path, tiny_copy, cli):
 
 
 def test_ctrl_c_in_a_sweep_is_one_line_and_keeps_finished_trials(tmp_path):
-    """Ctrl-C during a sweep printed 114 lines with Optuna's traceback. Now: one line, exit 130, the finished trials
-    exported, and the rerun continues the study."""
+    """Ctrl-C during a sweep printed 114 lines with Optuna's traceback. Now: the trial in flight finishes, then one
+    line, exit 130, every finished trial exported and none left RUNNING or FAILED."""
     sw = tmp_path / "sw"
     proc = start_cli(*SWEEP[:2], "400", *SWEEP[3:], "--out_dir", str(sw))
     wait_for(lambda: _trials(sw) >= 2, proc=proc)
@@ -295,7 +295,11 @@ def test_ctrl_c_in_a_sweep_is_one_line_and_keeps_finished_trials(tmp_path):
     import pandas as pd
 
     done = len(pd.read_parquet(sw / "trials.parquet"))
-    assert done >= 2 and not any("Warning" in x for x in lines)
+    assert done >= 2 and done == _trials(sw) and not any("Warning" in x for x in lines)
+    import sqlite3
+
+    with sqlite3.connect(sw / "optuna.db") as c:                     # the trial in flight was finished, not left
+        assert c.execute("select count(*) from trials where state != 'COMPLETE'").fetchone()[0] == 0
 
 
 def _trials(sw: Path) -> int:

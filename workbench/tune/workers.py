@@ -117,19 +117,33 @@ def run_workers(work: Callable[[int, Callable[[], None]], None], n_workers: int,
 def optimize_until(study, objective, n_trials: int, states: tuple) -> None:
     """One worker's share of a study: run ``objective`` until ``study`` holds ``n_trials`` trials in ``states``
     (Optuna's ``MaxTrialsCallback``, so parallel workers stop together), then the retries of dead workers'
-    trials still queued (WAITING), so none is left behind."""
+    trials still queued (WAITING), so none is left behind.
+
+    Ctrl-C or SIGTERM stops the worker after the trial in flight (a trial is the safe point: raising inside one
+    could leave Optuna's heartbeat thread running, and the process with it) and raises
+    :class:`~workbench.interrupts.Interrupted`; a second signal stops the trial at once (it is failed, and a rerun
+    runs the missing trials)."""
     import optuna
+
+    from ..interrupts import Interrupted, deferred_signals
 
     def count(which) -> int:
         return len(study.get_trials(deepcopy=False, states=which))
 
-    missing = n_trials - count(states)
-    if missing > 0:
-        study.optimize(objective, n_trials=missing,
-                       callbacks=[optuna.study.MaxTrialsCallback(n_trials, states=states)])
-    waiting = count((optuna.trial.TrialState.WAITING,))
-    if waiting:
-        study.optimize(objective, n_trials=waiting)
+    with deferred_signals() as flag:
+        def stop_on_signal(study, trial) -> None:
+            if flag.signum is not None:
+                study.stop()
+
+        missing = n_trials - count(states)
+        if missing > 0:
+            study.optimize(objective, n_trials=missing,
+                           callbacks=[optuna.study.MaxTrialsCallback(n_trials, states=states), stop_on_signal])
+        waiting = count((optuna.trial.TrialState.WAITING,))
+        if waiting and flag.signum is None:
+            study.optimize(objective, n_trials=waiting, callbacks=[stop_on_signal])
+    if flag.signum is not None:
+        raise Interrupted(flag.signum, "interrupted after the trial in flight")
 
 
 __all__ = ["run_workers", "optimize_until", "worker_seed", "SEED_STRIDE"]
