@@ -137,14 +137,18 @@ def test_resume_refuses_another_noise_level_draw(tmp_path, small_corpus):
 
     cfg = _cfg(tmp_path, small_corpus, noise_per="sequence")
     run = tmp_path / "run"
-    run.mkdir()
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")              # a resume point: the settings must match
     legacy = {k: v for k, v in vars(cfg).items() if k != "noise_per"}
     (run / "config.yaml").write_text(yaml.safe_dump(legacy))
     with pytest.raises(RunFolderError, match="noise_per 'block'.*--noise_per block"):
         check_run(**run_folder_args(cfg))
     check_run(**run_folder_args(_cfg(tmp_path, small_corpus, noise_per="block")))
-    (run / "config.yaml").unlink()
+    import shutil
+
+    shutil.rmtree(run)
     with open_run(**run_folder_args(cfg)):
-        pass
+        (run / "checkpoints").mkdir()
+        (run / "checkpoints" / "last.ckpt").write_bytes(b"")
     with pytest.raises(RunFolderError, match="noise_per 'sequence'.*--noise_per sequence"):
         check_run(**run_folder_args(_cfg(tmp_path, small_corpus, noise_per="block")))

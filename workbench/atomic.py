@@ -60,10 +60,9 @@ def disk_full_error(path: str | os.PathLike | None, needed: int | None = None) -
     free = free_bytes(path) if path else None
     sizes = [f"needs about {_size(needed)}"] if needed else []
     sizes += [f"{_size(free)} free"] if free is not None else []
-    where = f" writing {path}" if path else ""
-    return DiskFullError(errno.ENOSPC, f"no space left on the device{where}{' (' + ', '.join(sizes) + ')' if sizes else ''}"
-                                       "; nothing was left half-written: free some space and rerun the same command "
-                                       "to resume")
+    where = (f" writing {path}" if path else "") + (f" ({', '.join(sizes)})" if sizes else "")
+    return DiskFullError(errno.ENOSPC, f"no space left on the device{where}; nothing was left half-written: free some "
+                                       "space and rerun the same command to resume")
 
 
 def _tmp_name(path: Path) -> Path:

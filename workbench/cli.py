@@ -104,32 +104,41 @@ def _commands():
 
 def main(argv: list[str] | None = None) -> int:
     """The ``workbench`` command: dispatch ``argv`` (default ``sys.argv[1:]``) to a stage's CLI; returns the exit code
-    (0 ok; 2 a user error, in one line; 1 a full disk, in one line; 130 / 143 interrupted by SIGINT / SIGTERM)."""
+    (0 ok; 2 a user error, in one line; 1 a full disk, in one line; 130 / 143 interrupted by SIGINT / SIGTERM).
+    Signals are handled from the first line on, library imports included (:mod:`workbench.interrupts`)."""
+    from .interrupts import Interrupted, raise_on_signals
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
-    _quiet_libraries()
-    commands = _commands()
-    if cmd not in commands:
-        print(f"workbench: unknown command {cmd!r}; valid: {', '.join(sorted(commands))}", file=sys.stderr)
-        return 2
     if cmd in SUBCOMMANDS and rest and not rest[0].startswith("-"):
         cmd = f"{cmd} {rest[0]}"                # messages name the whole command: `workbench train lm: ...`
-    from .atomic import disk_full_error, is_disk_full
-    from .errors import USER_ERRORS
-    from .interrupts import Interrupted, raise_on_signals
-
     try:
-        with raise_on_signals():                 # SIGINT and SIGTERM unwind as Interrupted (workbench.interrupts)
-            return int(commands[cmd.split()[0]](rest) or 0)
+        with raise_on_signals():                 # SIGINT and SIGTERM unwind as Interrupted
+            return _run(cmd, rest)
     except Interrupted as e:
         print(f"workbench {cmd}: {e.message}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print(f"workbench {cmd}: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+
+
+def _run(cmd: str, rest: list[str]) -> int:
+    """Run command ``cmd`` (with its subcommand) on ``rest``; user errors and a full disk become one line."""
+    _quiet_libraries()
+    commands = _commands()
+    name = cmd.split()[0]
+    if name not in commands:
+        print(f"workbench: unknown command {name!r}; valid: {', '.join(sorted(commands))}", file=sys.stderr)
+        return 2
+    from .atomic import disk_full_error, is_disk_full
+    from .errors import USER_ERRORS
+
+    try:
+        return int(commands[name](rest) or 0)
     except OSError as e:
         if not is_disk_full(e):
             if isinstance(e, USER_ERRORS):

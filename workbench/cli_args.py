@@ -139,8 +139,16 @@ def parse_dataclass(prog: str, cls, argv: list[str]):
     one-line ``ValueError`` for a config file that is not a regular UTF-8 YAML mapping without repeated options
     (:func:`check_config_file`) or a ``null`` for an option that cannot be ``None`` (:func:`check_not_null`).
     """
+    from jsonargparse import ArgumentError
+
     p = _dataclass_parser(prog, cls)
-    ns = p.parse_args(argv)
+    try:
+        ns = p.parse_args(argv)
+    except ArgumentError as e:
+        if "is not accepted" not in str(e):
+            raise
+        raise ValueError(f"{' '.join(str(e).split())} (on the command line or in a --config file); run `{prog} "
+                         "--help` for the valid options") from None
     d = ns.as_dict()
     check_not_null(cls, d)
     names = {f.name for f in fields(cls)}

@@ -72,15 +72,17 @@ def _iter_source_files(root: Path, suffixes: tuple[str, ...]) -> Iterable[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith((".", "config-")))
         for name in sorted(filenames):
-            if name.endswith(suffixes):
-                yield Path(dirpath) / name
+            path = Path(dirpath) / name
+            if name.endswith(suffixes) and path.is_file():   # regular files only: a FIFO or /dev/zero never ends
+                yield path
 
 
 def load_directory(root: str | os.PathLike, suffixes: tuple[str, ...] = (".py",),
                    fractions: tuple[int, int, int] = DEFAULT_FRACTIONS) -> list[Document]:
     """Load every file under ``root`` whose name ends with one of ``suffixes``.
 
-    Files that are not valid UTF-8 are skipped. Raises :class:`CorpusError` if ``root`` does not
+    Files that are not valid UTF-8, and entries that are not regular files (FIFOs, devices, links to them), are
+    skipped. Raises :class:`CorpusError` if ``root`` does not
     exist or holds no matching non-empty file.
     """
     root = Path(root)

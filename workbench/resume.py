@@ -129,6 +129,16 @@ def check_resume_state(checkpoint: Path, expected: dict[str, tuple[int, ...]]) -
 
 
 
+def discard_stale_checkpoints(ckpt_dir: Path) -> None:
+    """A fresh start in a run folder (no ``last.ckpt`` to resume from): remove the checkpoints an earlier attempt
+    left (it failed before its first resume point, e.g. on a full disk), so that the best-checkpoint bookkeeping
+    starts clean; Lightning would otherwise write ``best-3-v1.ckpt`` beside a stale ``best-3.ckpt``. Global rank 0
+    only (call it while holding the run folder)."""
+    if is_rank_zero() and Path(ckpt_dir).is_dir():
+        for f in Path(ckpt_dir).glob("*.ckpt"):
+            f.unlink()
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint writer, writing each checkpoint to a temporary name and renaming it into place
     (:mod:`workbench.atomic`): a full disk or a kill never leaves a truncated ``.ckpt``, and a full disk is one line
@@ -226,8 +236,18 @@ class StopOnSignal(pl.Callback):
             finally:
                 self.flag = None
 
+    def check(self, message: str) -> None:
+        """Inside :meth:`armed`, outside a training loop (e.g. after ``trainer.validate``): end with ``message`` if
+        a signal arrived."""
+        if self.flag is not None and self.flag.signum is not None:
+            raise SafeStop(self.flag.signum, message)
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.flag is not None:            # Lightning put its own SIGTERM handler in place when the loop started
+            self.flag.install()
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.flag is not None and not trainer.training:      # a validation of its own (trainer.validate)
             self.flag.install()
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
@@ -293,5 +313,5 @@ def scale_learning_rate(trainer: pl.Trainer, ratio: float) -> None:
             sched._last_lr = [g["lr"] for g in sched.optimizer.param_groups]
 
 
-__all__ = ["AtomicCheckpointIO", "LastAfterValidation", "LastCheckpoint", "RngState", "LogHistory", "ResumeChanges", "StopOnSignal", "trainable_shapes", "check_trainable_state",
+__all__ = ["AtomicCheckpointIO", "discard_stale_checkpoints", "LastAfterValidation", "LastCheckpoint", "RngState", "LogHistory", "ResumeChanges", "StopOnSignal", "trainable_shapes", "check_trainable_state",
            "check_resume_state", "scale_learning_rate"]

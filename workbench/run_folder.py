@@ -25,14 +25,18 @@ import json
 import os
 import socket
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from .atomic import write_json
-from .utils import RunDirError, check_run_dir, is_rank_zero
+from .utils import RunDirError, check_run_dir, enclosing_store, is_rank_zero
 
 #: The file that records a run folder's kind and settings.
 RECORD = "run.json"
+#: The ``state`` of a training run folder: its resume point (:func:`open_run`).
+RESUME_POINT = "checkpoints/last.ckpt"
 #: The lock file of a run folder (an ``flock``; its text names the holder).
 LOCK = ".lock"
 #: The kinds of folder the workbench writes (``kind`` of :func:`open_run`; a Zarr store is :data:`STORE_KIND`).
@@ -48,12 +52,27 @@ OPERATIONAL = ("progress_bar", "resume", "accelerator", "devices", "num_nodes", 
                "max_time", "log_every_n_steps", "num_workers")
 
 
+#: Settings that name files or folders (where a command has them). The record keeps each as an absolute path when
+#: it names an existing one, so a rerun from another working directory compares what the path points to, not the
+#: string typed (names such as ``stdlib``, ``builtin:tiny`` or ``smollm2-135m`` are kept as they are).
+PATH_SETTINGS = ("store", "extra_stores", "teacher", "train_data", "init_from", "lora_init", "drafter_init", "model",
+                 "sampler", "corpus", "target", "prompts", "distill_cache", "storage")
+
+
+def _absolute(value):
+    if isinstance(value, list):
+        return [_absolute(v) for v in value]
+    if isinstance(value, str) and "://" not in value and os.path.exists(value):
+        return str(Path(value).resolve())
+    return value
+
+
 def run_settings(cfg) -> dict:
     """The settings a run record keeps of the config dataclass ``cfg``: every field but ``out_dir`` (the folder
-    itself)."""
+    itself), paths made absolute (:data:`PATH_SETTINGS`)."""
     from dataclasses import asdict
 
-    return {k: v for k, v in asdict(cfg).items() if k != "out_dir"}
+    return {k: _absolute(v) if k in PATH_SETTINGS else v for k, v in asdict(cfg).items() if k != "out_dir"}
 
 
 class RunFolderError(RunDirError):
@@ -84,15 +103,6 @@ def read_record(path: str | os.PathLike) -> dict | None:
     except (OSError, ValueError) as e:
         raise RunFolderError(f"{f} is damaged ({e}); it is the record of what the run folder holds: restore it, or "
                              "choose another --out_dir") from None
-
-
-def enclosing_store(path: str | os.PathLike) -> Path | None:
-    """The Zarr store that ``path`` is, or lies inside (nearest ancestor holding ``zarr.json``); None if none."""
-    p = Path(path).absolute()
-    for q in (p, *p.parents):
-        if (q / "zarr.json").is_file():
-            return q
-    return None
 
 
 def check_not_in_store(path: str | os.PathLike, option: str = "--out_dir") -> None:
@@ -159,7 +169,7 @@ def _legacy_settings(p: Path, kind: str, settings: dict) -> dict | None:
     old.pop("out_dir", None)
     if not set(old) <= set(settings) or len(old) < 0.9 * len(settings):
         return None
-    return old
+    return {k: _absolute(v) if k in PATH_SETTINGS else v for k, v in old.items()}
 
 
 def _check_foreign(p: Path, kind: str, option: str) -> None:
@@ -232,9 +242,10 @@ def _cli_value(v) -> str:
 
 
 def _recorded(p: Path, kind: str, settings: dict, option: str, resume: bool, legacy_defaults: dict | None,
-              held: bool = False) -> tuple[dict | None, dict | None, str]:
+              held: bool = False, state: str | None = None) -> tuple[dict | None, dict | None, str]:
     """``(record, recorded settings, where they come from)`` of folder ``p`` after refusing a foreign or (unless
-    this process ``held`` its lock) a locked one; a new folder gives ``(None, None, "")``."""
+    this process ``held`` its lock) a locked one; a new folder, or a ``kind`` folder without its ``state`` file
+    (nothing a resume would continue), gives ``(None, None, "")``."""
     _check_foreign(p, kind, option)
     if p.is_dir() and not held:
         _check_unlocked(p, option)
@@ -249,6 +260,8 @@ def _recorded(p: Path, kind: str, settings: dict, option: str, resume: bool, leg
         old = {**(legacy_defaults or {}), **old}
     else:
         return None, None, ""
+    if state is not None and not (p / state).exists():
+        return None, None, ""                   # no state: the settings may change, the run starts afresh
     if not resume:
         raise RunFolderError(f"{p} already holds a `workbench {kind}` run and --resume is false: starting over would "
                              f"overwrite it; resume it (--resume true), or choose a new {option}")
@@ -256,7 +269,8 @@ def _recorded(p: Path, kind: str, settings: dict, option: str, resume: bool, leg
 
 
 def check_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(), option: str = "--out_dir",
-              resume: bool = True, legacy_defaults: dict | None = None, applied=(), _held: bool = False) -> dict:
+              resume: bool = True, legacy_defaults: dict | None = None, applied=(), state: str | None = None,
+              _held: bool = False) -> dict:
     """Every check of :func:`open_run` without writing anything (call it before minutes of set-up, so that a
     refusal leaves no trace). Returns the changes ``{name: (recorded, now)}`` a resume would apply."""
     if kind not in KINDS:
@@ -265,7 +279,7 @@ def check_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(),
     if not is_rank_zero():
         return {}
     settings = _jsonable(settings)
-    rec, old, source = _recorded(p, kind, settings, option, resume, legacy_defaults, _held)
+    rec, old, source = _recorded(p, kind, settings, option, resume, legacy_defaults, _held, state)
     check_run_dir(p)
     if old is None:
         return {}
@@ -280,7 +294,8 @@ def check_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(),
 
 
 def open_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(), option: str = "--out_dir",
-             resume: bool = True, legacy_defaults: dict | None = None, applied=()) -> RunFolder:
+             resume: bool = True, legacy_defaults: dict | None = None, applied=(), state: str | None = None
+             ) -> RunFolder:
     """Create or reopen the ``kind`` run folder ``path`` for ``settings`` (see the module docstring).
 
     Every check runs before anything is written (:func:`check_run`): ``path`` must not be a file, a store, inside
@@ -291,7 +306,9 @@ def open_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(), 
     ``applied``: settings whose new value the command applies to the rest of the run (a new learning rate), which
     may change on the resume of an unfinished run only (a finished run has no step left to apply them to).
     ``legacy_defaults``: values of settings that a folder written before run records lacks in its ``config.yaml``.
-    Then the folder is created, locked and its record written (the first file of a new folder). On other ranks
+    ``state``: the file (relative to the folder) whose presence means the run holds state that a resume continues
+    (``checkpoints/last.ckpt``); a folder of this kind without it (a run that failed on bad input before its first
+    checkpoint) starts afresh with the new settings. Then the folder is created, locked and its record written (the first file of a new folder). On other ranks
     than global rank 0 nothing is checked, locked or written.
 
     Returns the open :class:`RunFolder` (its lock held). Raises :class:`RunFolderError` (one line) or
@@ -301,12 +318,14 @@ def open_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(), 
     settings = _jsonable(settings)
     if not is_rank_zero():
         return RunFolder(p, kind, settings)
-    check_run(p, kind, settings, may_change, option, resume, legacy_defaults, applied)
+    check_run(p, kind, settings, may_change, option, resume, legacy_defaults, applied, state)
     p.mkdir(parents=True, exist_ok=True)
     fd = _lock(p, kind, option)
     try:                                        # again under the lock: another process may have just written it
-        changes = check_run(p, kind, settings, may_change, option, True, legacy_defaults, applied, _held=True)
+        changes = check_run(p, kind, settings, may_change, option, True, legacy_defaults, applied, state, _held=True)
         rec = read_record(p)
+        if rec is not None and state is not None and not (p / state).exists():
+            rec = None                          # nothing to resume: a fresh record for the new settings
         resumed = rec is not None or any((p / n).is_file() for n in ("config.yaml", "config.json"))
         now = time.strftime("%Y-%m-%dT%H:%M:%S")
         if rec is None:
@@ -320,6 +339,23 @@ def open_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(), 
         os.close(fd)
         raise
     return RunFolder(p, kind, settings, resumed, changes, fd)
+
+
+@contextmanager
+def locked_folder(path: str | os.PathLike, kind: str, option: str = "--out_dir") -> Iterator[Path]:
+    """Hold the lock of folder ``path`` (created if absent) for the block: the one-writer rule of :func:`open_run`
+    for a command whose folder keeps its own record (``deer teacher``'s ``teacher.json``). A folder that is a
+    store or lies inside one, or that another process holds, is refused (one line) before anything is written."""
+    p = Path(path)
+    check_not_in_store(p, option)
+    if p.is_dir():
+        _check_unlocked(p, option)
+    p.mkdir(parents=True, exist_ok=True)
+    fd = _lock(p, kind, option)
+    try:
+        yield p
+    finally:
+        os.close(fd)
 
 
 def update_record(folder: RunFolder, **fields) -> None:
@@ -344,5 +380,5 @@ def _version() -> str:
         return "unknown"
 
 
-__all__ = ["KINDS", "LOCK", "OPERATIONAL", "run_settings", "RECORD", "STORE_KIND", "RunFolder", "RunFolderError", "check_not_in_store", "check_run",
-           "enclosing_store", "folder_kind", "open_run", "read_record", "update_record"]
+__all__ = ["KINDS", "LOCK", "OPERATIONAL", "RESUME_POINT", "run_settings", "RECORD", "STORE_KIND", "RunFolder", "RunFolderError", "check_not_in_store", "check_run",
+           "enclosing_store", "folder_kind", "locked_folder", "open_run", "read_record", "update_record"]

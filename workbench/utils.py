@@ -89,6 +89,10 @@ def check_replaceable(path: str | os.PathLike, kind: str | None = None) -> None:
     (its ``run.json``). Anything else raises :class:`RunDirError`, so that ``--out_dir .`` or ``--out_dir runs``
     cannot delete a directory of other files, nor one command's results replace another's."""
     p = Path(path)
+    store = enclosing_store(p)
+    if store is not None:
+        raise RunDirError(f"{p} {'is' if store == p.absolute() else 'lies inside'} the trajectory store {store}: "
+                          "results must not mix with a store's arrays; choose another --out_dir")
     if not p.exists():
         return
     if not p.is_dir():
@@ -101,6 +105,15 @@ def check_replaceable(path: str | os.PathLike, kind: str | None = None) -> None:
         return
     raise RunDirError(f"{p} exists and was not written by a workbench command (no {RUN_MARKER} in it), so it "
                       "will not be replaced; choose another --out_dir or remove it")
+
+
+def enclosing_store(path: str | os.PathLike) -> Path | None:
+    """The Zarr store that ``path`` is, or lies inside (nearest ancestor holding ``zarr.json``); None if none."""
+    p = Path(path).absolute()
+    for q in (p, *p.parents):
+        if (q / "zarr.json").is_file():
+            return q
+    return None
 
 
 def _recorded_kind(p: Path) -> str | None:
@@ -137,7 +150,11 @@ def staged_dir(final: str | os.PathLike, relocate: bool = False, kind: str | Non
     ``final`` recorded as another kind is refused (:func:`check_replaceable`)."""
     final = Path(final)
     check_replaceable(final, kind)
-    run = Path(str(final) + ".partial")
+    run, old = Path(str(final) + ".partial"), Path(str(final) + ".old")
+    for side in (run, old):                 # ours from an earlier attempt (or empty); a user's folder is kept
+        if side.exists() and not (side.is_dir() and ((side / RUN_MARKER).exists() or not any(side.iterdir()))):
+            raise RunDirError(f"{side} exists and was not written by a workbench command; it is where "
+                              f"{final.name} is built or swapped: move it away, or choose another --out_dir")
     shutil.rmtree(run, ignore_errors=True)
     prepare_run_dir(run)
     try:
@@ -159,7 +176,7 @@ def _swap_into_place(new: Path, final: Path) -> None:
     """Rename ``new`` to ``final``; an existing ``final`` is moved aside first and removed only after the rename,
     so at every moment one complete version exists (``<final>.old`` if the process dies between the renames)."""
     old = Path(str(final) + ".old")
-    shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)          # checked by staged_dir: ours, or empty
     if final.exists():
         final.rename(old)
     new.rename(final)

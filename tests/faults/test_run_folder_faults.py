@@ -147,7 +147,7 @@ def test_second_writer_is_refused_and_a_stale_lock_is_taken_over(store, tmp_path
         holder.wait()
     assert (run / LOCK).exists()                              # the dead holder's lock file stays: taken over
     with open_run(**run_folder_args(SamplerTrainConfig(store=str(store), out_dir=str(run), lr=0.001))) as f:
-        assert f.resumed
+        assert f._lock_fd is not None                      # held by this process now
     assert sorted(p.name for p in run.iterdir()) == [LOCK, "run.json"]
 
 
@@ -281,6 +281,9 @@ def test_sweep_resumed_with_other_settings_is_refused(tmp_path, tiny_copy, cli):
     _one_line(cli(*SWEEP, *model, "--out_dir", tmp_path / "b", "--storage", journal, "--n_trials", "3",
                   "--n_prompts", "3"), 2, "n_prompts 2 (now 3)")
     assert not (tmp_path / "b").exists()
+    before = _files(tmp_path / "a")                     # the folder's exports are its own study's
+    _one_line(cli(*SWEEP, *model, "--out_dir", tmp_path / "a", "--n_trials", "3"), 2, "storage")
+    assert _files(tmp_path / "a") == before
 
 
 def test_ctrl_c_in_a_sweep_is_one_line_and_keeps_finished_trials(tmp_path):
@@ -313,3 +316,113 @@ def _trials(sw: Path) -> int:
             return c.execute("select count(*) from trials where state = 'COMPLETE'").fetchone()[0]
     except sqlite3.Error:
         return 0
+
+
+# ------------------------------------------------------------------ variants of the same kinds (held-out fault pass)
+def test_a_relative_path_from_another_working_directory_is_not_the_same_setting(store, tmp_path, cli):
+    """`train sampler --store st.zarr` resumed from another working directory, where `st.zarr` is another store,
+    trained on it silently; the record now keeps absolute paths, so it is refused by name, and the same store given
+    as absolute or relative path is the same setting."""
+    import shutil
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+    shutil.copytree(store, a / "st.zarr")
+    make_store(b / "st.zarr", items=24, fingerprint="m2")
+    run = tmp_path / "run"
+    args = ["train", "sampler", *SAMPLER, "--store", "st.zarr", "--out_dir", str(run), "--max_epochs", "1"]
+    argv = [x if x != "workbench/configs/sampler_micro.yaml" else str(REPO / x) for x in args]
+    assert cli(*argv, cwd=a).returncode == 0
+    _one_line(cli(*argv, cwd=b), 2, f"store '{a / 'st.zarr'}' (now '{b / 'st.zarr'}')")
+    absolute = [x if x != "st.zarr" else str(a / "st.zarr") for x in argv]
+    assert cli(*absolute, cwd=b).returncode == 0
+
+
+def test_results_are_not_written_inside_a_store_nor_over_a_users_folder(store, tmp_path, cli):
+    """`evaluate --out_dir` inside a store wrote its results among the arrays; a user's `<out_dir>.partial` (or
+    `.old`) folder was deleted as if it were the staging folder."""
+    args = ["evaluate", "--n_prompts", "1", "--gen_len", "8", "--block_lengths", "[8]", "--thresholds", "[0.9]",
+            "--modes", "[real]", "--progress_bar", "false", "--device", "cpu"]
+    before = _files(store)
+    _one_line(cli(*args, "--out_dir", store / "results"), 2, "lies inside the trajectory store")
+    assert _files(store) == before
+    mine = tmp_path / "ev.partial"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("a user's notes")
+    _one_line(cli(*args, "--out_dir", tmp_path / "ev"), 2, "ev.partial exists and was not written by a workbench")
+    assert (mine / "notes.txt").read_text() == "a user's notes" and not (tmp_path / "ev").exists()
+
+
+def test_a_run_that_failed_before_its_first_checkpoint_takes_new_settings(tmp_path, micro_checkpoint, small_corpus,
+                                                                         cli):
+    """`train lora --corpus <empty folder>` failed after its run folder was written, and the rerun with a fixed
+    corpus was refused as a changed setting. A folder without a resume point holds nothing to mix: the rerun starts
+    afresh."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run = tmp_path / "run"
+    args = ["train", "lora", "--config", "workbench/configs/lora_micro.yaml", "--init_from", str(micro_checkpoint),
+            "--out_dir", str(run), "--progress_bar", "false"]
+    _one_line(cli(*args, "--corpus", str(empty)), 2, "empty")
+    assert cli(*args, "--corpus", str(small_corpus)).returncode == 0
+    rec = json.loads((run / "run.json").read_text())
+    assert rec["settings"]["corpus"] == str(small_corpus) and rec["finished"]
+
+
+@pytest.mark.timeout(60)                          # it hung for good before
+def test_special_files_in_a_corpus_folder_are_skipped(tmp_path):
+    """A FIFO named `b.py` in a corpus folder hung every command that read it, and a link to /dev/zero exhausted
+    memory; only regular files are read now."""
+    from workbench.corpus import load_directory
+
+    root = tmp_path / "corpus"
+    root.mkdir()
+    (root / "a.py").write_text("print('hello')\n" * 20)
+    os.mkfifo(root / "b.py")
+    os.symlink("/dev/zero", root / "c.py")
+    assert [d.path for d in load_directory(root)] == ["a.py"]
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "\udcff garbage"], ids=["list", "not-utf8"])
+def test_a_damaged_teacher_record_is_one_line_naming_it(tmp_path, text, cli):
+    """A `teacher.json` holding a list gave a 20-line AttributeError, one of garbage bytes an error naming no file."""
+    t = tmp_path / "teacher"
+    t.mkdir()
+    (t / "teacher.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    _one_line(cli("train", "deer", "--teacher", str(t), "--out_dir", str(tmp_path / "s1")), 2,
+              f"{t / 'teacher.json'} is damaged")
+    assert not (tmp_path / "s1").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_libraries_load_is_one_line(tmp_path, sig):
+    """A signal in the first second (torch and transformers still importing) printed a 27-line KeyboardInterrupt
+    traceback (SIGINT) or nothing at all (SIGTERM). The handlers are in place from the command's first line."""
+    import time
+
+    proc = start_cli("train", "lm", *LM, "--out_dir", str(tmp_path / "run"), "--max_steps", "100000")
+    time.sleep(1.0)
+    rc, out, err = interrupt(proc, sig)
+    lines = stderr_lines(err)
+    assert rc == 128 + sig and len(lines) == 1 and "interrupted" in lines[0], err[-3000:]
+
+
+def test_deer_teacher_has_one_writer(tmp_path, micro_checkpoint, cli):
+    """Two `deer teacher` runs into one folder (other settings) both exited 0 with their chunks mixed; the folder's
+    lock now refuses the second, naming the first."""
+    from workbench.run_folder import locked_folder
+
+    out = tmp_path / "teacher"
+    with locked_folder(out, "deer teacher"):
+        _one_line(cli("deer", "teacher", "--target", str(micro_checkpoint), "--out_dir", str(out)), 2,
+                  "in use by process", str(os.getpid()))
+    assert [p.name for p in out.iterdir()] == [".lock"]
+
+
+def test_a_typo_in_a_config_file_says_where_to_look(tmp_path, cli):
+    bad = tmp_path / "typo.yaml"
+    bad.write_text("seq_lenn: 64\n")
+    _one_line(cli("train", "lm", "--config", str(bad), "--out_dir", str(tmp_path / "run")), 2, "seq_lenn",
+              "--config file", "workbench train lm --help")
+    assert not (tmp_path / "run").exists()

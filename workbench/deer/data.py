@@ -8,7 +8,6 @@ trained on); training draws rows pseudo-randomly (row ``i`` of the stream is a p
 """
 from __future__ import annotations
 
-import json
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..data import rank_sampler
 
-from .teacher import SIDECAR
+from .teacher import SIDECAR, read_sidecar
 
 
 @dataclass
@@ -55,7 +54,7 @@ def load_teacher(path: str | Path) -> TeacherRows:
     side_path = p / SIDECAR
     if not side_path.is_file():
         raise FileNotFoundError(f"{p} holds no teacher data ({SIDECAR} missing); run `workbench deer teacher` first")
-    side = json.loads(side_path.read_text())
+    side = read_sidecar(p)
     if not side.get("complete"):
         raise ValueError(f"teacher data in {p} is incomplete; rerun `workbench deer teacher` with the same settings")
     cols: dict[str, list] = {"prompt_id": [], "category": [], "prompt": [], "answer": [], "path": []}

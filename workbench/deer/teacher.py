@@ -19,6 +19,7 @@ prompt list is a stable prefix in ``n_answers``; each batch's sampling seed depe
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -30,6 +31,7 @@ from ..corpus import CorpusError, by_split, load_corpus
 from ..decoding.ar import ar_decode
 from ..evaluation.prompts import Prompt, make_prompts
 from ..atomic import atomic_path, write_json
+from ..run_folder import LOCK, check_not_in_store, locked_folder
 from ..utils import RunDirError, prepare_run_dir
 
 SIDECAR = "teacher.json"
@@ -124,11 +126,26 @@ def _rows(path: Path) -> int:
         return -1
 
 
+def read_sidecar(path: str | Path) -> dict:
+    """The ``teacher.json`` of teacher folder ``path``: a mapping with the generation ``settings`` and its
+    ``chunks``. Raises ``ValueError`` (one line naming the file) when it is not UTF-8 JSON of that form."""
+    f = Path(path) / SIDECAR
+    try:
+        side = json.loads(f.read_text(encoding="utf-8"))
+        if not (isinstance(side, dict) and isinstance(side.get("settings"), dict)
+                and isinstance(side.get("chunks"), list)):
+            raise ValueError("not a mapping with settings and chunks")
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{f} is damaged ({' '.join(str(e).split())[:80]}); generate the teacher data again into a "
+                         "new --out_dir with `workbench deer teacher`") from None
+    return side
+
+
 def _check_resume(out: Path, settings: dict) -> None:
     side = out / SIDECAR
     if not side.exists():
         return
-    old = {**SETTINGS_ADDED, **json.loads(side.read_text()).get("settings", {})}
+    old = {**SETTINGS_ADDED, **read_sidecar(out)["settings"]}
     diff = [f"{k}: {old.get(k)!r} vs {v!r}" for k, v in settings.items() if old.get(k) != v]
     if diff:
         raise ValueError(f"{out} holds teacher data generated with other settings ({'; '.join(diff)}); "
@@ -163,10 +180,17 @@ def generate_teacher(cfg: TeacherConfig, model=None, tokenizer=None,
     """
     cfg.validate()
     existing = Path(cfg.out_dir)
-    if existing.is_dir() and any(existing.iterdir()) and not (existing / SIDECAR).exists():
+    if existing.is_dir() and any(q.name != LOCK for q in existing.iterdir()) and not (existing / SIDECAR).exists():
         raise RunDirError(f"{existing} is not empty and holds no teacher data ({SIDECAR}); choose another --out_dir")
+    check_not_in_store(existing)
     created = not existing.exists()
     out = prepare_run_dir(cfg.out_dir)
+    with locked_folder(out, "deer teacher"):     # one writer: two generations never mix their chunks
+        return _generate(cfg, out, created, model, tokenizer, on_chunk)
+
+
+def _generate(cfg: TeacherConfig, out: Path, created: bool, model, tokenizer, on_chunk) -> Path:
+    """:func:`generate_teacher` in its locked folder ``out`` (``created``: this call made it)."""
     settings = cfg.settings()
     try:
         _check_resume(out, settings)
@@ -177,8 +201,8 @@ def generate_teacher(cfg: TeacherConfig, model=None, tokenizer=None,
             model, tokenizer = load_target(cfg.target, resolve_device(cfg.device))
         prompts = teacher_prompts(cfg, tokenizer)
     except BaseException:
-        if created and not any(out.iterdir()):
-            out.rmdir()                         # nothing half-written: the folder this call made goes again
+        if created and not any(q.name != LOCK for q in out.iterdir()):
+            shutil.rmtree(out, ignore_errors=True)   # nothing half-written: the folder this call made goes again
         raise
     n = len(prompts)
     n_chunks = (n + cfg.chunk_size - 1) // cfg.chunk_size

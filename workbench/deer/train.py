@@ -10,7 +10,7 @@ save_checkpoint` directory loadable with ``load_checkpoint``). A rerun with the 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -19,8 +19,8 @@ from pytorch_lightning.loggers import CSVLogger
 
 from ..distributed import DeviceConfig, make_trainer, resume_point
 from ..atomic import write_json
-from ..resume import LogHistory, ResumeChanges, RngState, StopOnSignal
-from ..run_folder import OPERATIONAL, check_run, open_run, run_settings, update_record
+from ..resume import LogHistory, ResumeChanges, RngState, StopOnSignal, discard_stale_checkpoints
+from ..run_folder import OPERATIONAL, RESUME_POINT, check_run, open_run, run_settings, update_record
 from ..model.fingerprint import weights_fingerprint
 from ..model.io import save_checkpoint
 from ..model.presets import PRESETS
@@ -163,6 +163,8 @@ def _fit_and_save(cfg: DeerTrainConfig, folder, settings: dict, target_spec: str
     """Train the drafter in the open run ``folder`` (resuming from ``last``) and save it (rank 0)."""
     out = write_run_config(folder.path, {**asdict(cfg), "target": target_spec})
     resuming = last is not None
+    if not resuming:
+        discard_stale_checkpoints(out / "checkpoints")
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     target, tok = load_target(target_spec)
     shared = cfg.shared_layers is not None or (cfg.drafter_init is not None and is_shared_drafter(cfg.drafter_init))
@@ -218,8 +220,8 @@ DEER_APPLIED = ("lr",)
 def run_folder_args(cfg: DeerTrainConfig, target_spec: str) -> dict:
     """The keyword arguments of :func:`~workbench.run_folder.check_run` / ``open_run`` for ``cfg``'s run folder
     (``target_spec``: the AR target the run aligns to, recorded in place of an unset ``target``)."""
-    return dict(path=cfg.out_dir, kind="train deer", settings={**run_settings(cfg), "target": target_spec},
-                may_change=DEER_MAY_CHANGE, resume=cfg.resume, applied=DEER_APPLIED)
+    return dict(path=cfg.out_dir, kind="train deer", settings=run_settings(replace(cfg, target=target_spec)),
+                may_change=DEER_MAY_CHANGE, resume=cfg.resume, state=RESUME_POINT, applied=DEER_APPLIED)
 
 
 def main(argv: list[str]) -> int:

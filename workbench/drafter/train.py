@@ -23,8 +23,9 @@ from pytorch_lightning.loggers import CSVLogger
 
 from ..distributed import DeviceConfig, make_trainer, resume_point
 from ..atomic import write_json
-from ..resume import LastAfterValidation, LogHistory, ResumeChanges, RngState, StopOnSignal, check_trainable_state, trainable_shapes
-from ..run_folder import OPERATIONAL, check_run, open_run, run_settings, update_record
+from ..resume import (LastAfterValidation, LogHistory, ResumeChanges, RngState, StopOnSignal, check_trainable_state,
+                      discard_stale_checkpoints, trainable_shapes)
+from ..run_folder import OPERATIONAL, RESUME_POINT, check_run, open_run, run_settings, update_record
 from ..utils import write_run_config
 from .data import SOURCES, DrafterDataModule, self_distill_windows
 from .lora import add_lora, resolve_target_modules, save_adapter
@@ -284,6 +285,8 @@ def _fit_and_save(cfg: LoraTrainConfig, folder, model, tok, meta: dict, kind: st
     """Train the drafter LoRA in the open run ``folder`` (resuming from ``last``) and save the best adapter."""
     out = write_run_config(folder.path, asdict(cfg))
     resuming = last is not None
+    if not resuming:
+        discard_stale_checkpoints(out / "checkpoints")
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     data = _build_data(model, tok, cfg, out)
     data.per_device_batch = plan.per_device
@@ -293,7 +296,9 @@ def _fit_and_save(cfg: LoraTrainConfig, folder, model, tok, meta: dict, kind: st
     module = LoraDrafterModule(model, cfg, pad_id=_pad_id(tok), adapter_kind=kind)
     warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
     if cfg.baseline and not resuming:
-        base_metrics = trainer.validate(module, datamodule=data, verbose=False)[0]
+        with stop.armed("the baseline validation"):       # a signal: stop once the validation is done
+            base_metrics = trainer.validate(module, datamodule=data, verbose=False)[0]
+            stop.check("interrupted during the baseline validation, before training; rerun the same command")
         if trainer.is_global_zero:
             write_json(out / "baseline.json", base_metrics, sort_keys=True)
     history = LogHistory(out / "logs" / "version_0" / "metrics.csv", last if resuming else None)
@@ -341,7 +346,7 @@ LORA_APPLIED = ("lr",)
 def run_folder_args(cfg: LoraTrainConfig) -> dict:
     """The keyword arguments of :func:`~workbench.run_folder.check_run` / ``open_run`` for ``cfg``'s run folder."""
     return dict(path=cfg.out_dir, kind="train lora", settings=run_settings(cfg), may_change=LORA_MAY_CHANGE,
-                resume=cfg.resume, applied=LORA_APPLIED)
+                resume=cfg.resume, state=RESUME_POINT, applied=LORA_APPLIED)
 
 
 def save_aligned_gated(model, source_meta: dict, info: dict, out: Path) -> Path:

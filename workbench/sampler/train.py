@@ -23,8 +23,9 @@ from pytorch_lightning.loggers import CSVLogger
 
 from ..distributed import DeviceConfig, make_trainer
 from ..atomic import write_json
-from ..resume import LastCheckpoint, LogHistory, ResumeChanges, RngState, StopOnSignal
-from ..run_folder import OPERATIONAL, check_run, open_run, read_record, run_settings, update_record
+from ..resume import LastCheckpoint, LogHistory, ResumeChanges, RngState, StopOnSignal, discard_stale_checkpoints
+from ..run_folder import (OPERATIONAL, RESUME_POINT, check_run, open_run, read_record, run_settings,
+                          update_record)
 from ..utils import staged_dir, write_run_config
 from .data import SPLIT_BY, SamplerDataModule
 from .module import SamplerModule
@@ -189,6 +190,8 @@ def _fit_and_export(cfg: SamplerTrainConfig, folder, data, trainer, best, stop, 
     last = ckpt_dir / "last.ckpt"
     warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
     resuming = cfg.resume and last.exists()
+    if not resuming:
+        discard_stale_checkpoints(ckpt_dir)
     history = LogHistory(out / "logs" / "version_0" / "metrics.csv", last if resuming else None)
     history.before_fit()                        # one log across interruptions (CSVLogger deletes metrics.csv)
     t0 = time.time()
@@ -237,7 +240,7 @@ SAMPLER_APPLIED = ("lr", "patience")
 def run_folder_args(cfg: SamplerTrainConfig) -> dict:
     """The keyword arguments of :func:`~workbench.run_folder.check_run` / ``open_run`` for ``cfg``'s run folder."""
     return dict(path=cfg.out_dir, kind="train sampler", settings=run_settings(cfg), may_change=SAMPLER_MAY_CHANGE,
-                resume=cfg.resume, applied=SAMPLER_APPLIED)
+                resume=cfg.resume, state=RESUME_POINT, applied=SAMPLER_APPLIED)
 
 
 def main(argv: list[str]) -> int:

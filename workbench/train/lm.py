@@ -32,10 +32,11 @@ from ..model.unlikelihood import repeated_ngram_mask, unlikelihood_loss
 from ..speculative.accept import accepted_prefix_length
 from ..tokenizer import MASK_ID, byte_tokenizer
 from ..atomic import write_bytes, write_json
-from ..run_folder import OPERATIONAL, check_run, open_run, read_record, run_settings, update_record
+from ..run_folder import (OPERATIONAL, RESUME_POINT, check_run, open_run, read_record, run_settings,
+                          update_record)
 from ..utils import RunDirError, staged_dir, step_generator, write_run_config
 from ..resume import (LogHistory, ResumeChanges, RngState, StopOnSignal, check_resume_state, check_trainable_state,
-                      trainable_shapes)
+                      discard_stale_checkpoints, trainable_shapes)
 from ..schedule import optimizer_config
 
 
@@ -519,7 +520,7 @@ LM_LEGACY_DEFAULTS = {"noise_per": "block"}
 def run_folder_args(cfg: LMTrainConfig) -> dict:
     """The keyword arguments of :func:`~workbench.run_folder.check_run` / ``open_run`` for ``cfg``'s run folder."""
     return dict(path=cfg.out_dir, kind="train lm", settings=run_settings(cfg), may_change=LM_MAY_CHANGE,
-                resume=cfg.resume, legacy_defaults=LM_LEGACY_DEFAULTS, applied=LM_APPLIED)
+                resume=cfg.resume, state=RESUME_POINT, legacy_defaults=LM_LEGACY_DEFAULTS, applied=LM_APPLIED)
 
 
 def build_model(cfg: LMTrainConfig):
@@ -613,6 +614,8 @@ def _fit_and_save(cfg: LMTrainConfig, folder, model, tok, trainer, plan, data, l
     """Train in the open run ``folder`` (resuming from ``last``) and save the model, metrics and log (rank 0)."""
     out = write_run_config(folder.path, asdict(cfg))
     resuming = last is not None
+    if not resuming:
+        discard_stale_checkpoints(out / "checkpoints")
     whitespace = frozenset(whitespace_ids(tok, model.backbone.config.vocab_size)) if cfg.ul_prob > 0 else frozenset()
     module = TriModeLMModule(model, cfg, whitespace, validation_prompts(cfg, tok), plan)
     log_csv = out / "logs" / "version_0" / "metrics.csv"

@@ -82,11 +82,12 @@ class SamplerHPOConfig:
 def run_sampler_hpo(cfg: SamplerHPOConfig) -> dict:
     """Create or resume the study and run it to ``n_trials`` finished trials; returns the best trial."""
     from ..interrupts import Interrupted
-    from ..run_folder import check_run, open_run, run_settings
+    from ..run_folder import check_run, open_run, run_settings, update_record
 
     if cfg.n_workers < 1:
         raise ValueError(f"--n_workers must be ≥ 1, got {cfg.n_workers}")
-    folder_args = dict(path=cfg.out_dir, kind="sweep sampler", settings=run_settings(cfg), may_change=HPO_MAY_CHANGE)
+    folder_args = dict(path=cfg.out_dir, kind="sweep sampler", settings=run_settings(cfg), may_change=HPO_MAY_CHANGE,
+                       state="trials.parquet")
     check_run(**folder_args)
     ident = measurement_identity(cfg)
     if cfg.storage or (Path(cfg.out_dir) / "optuna.db").is_file():     # a foreign study: refused before any write
@@ -104,7 +105,9 @@ def run_sampler_hpo(cfg: SamplerHPOConfig) -> dict:
         except Interrupted as e:
             raise Interrupted(e.signum, f"interrupted after {_finished(study)} finished trials; rerun the same "
                                         "command to run the rest") from None
-        return _export(cfg, study, out, t0)
+        summary = _export(cfg, study, out, t0)
+        update_record(folder, finished=_finished(study) >= cfg.n_trials)
+        return summary
 
 
 def _export(cfg: SamplerHPOConfig, study: optuna.Study, out: Path, t0: float) -> dict:
@@ -124,10 +127,10 @@ def _export(cfg: SamplerHPOConfig, study: optuna.Study, out: Path, t0: float) ->
 
 
 #: Settings of a ``sweep sampler`` out_dir that a rerun may change: the trial budget and workers, the search
-#: space and how it is searched, which trial folders are kept, where the study is stored. What a trial measures
-#: (the store, block length, epochs, validation interval, batch) stays fixed.
-HPO_MAY_CHANGE = ("n_trials", "n_workers", "seed", "keep_trial_dirs", "storage", "lr_low", "lr_high", "widths",
-                  "depth_low", "depth_high")
+#: space and how it is searched, which trial folders are kept. What a trial measures (the store, block length,
+#: epochs, validation interval, batch) stays fixed, and so do the study's name and storage.
+HPO_MAY_CHANGE = ("n_trials", "n_workers", "seed", "keep_trial_dirs", "lr_low", "lr_high", "widths", "depth_low",
+                  "depth_high")
 
 
 def measurement_identity(cfg: SamplerHPOConfig) -> dict:

@@ -163,18 +163,22 @@ def recover_stale_trials(study: optuna.Study) -> list[int]:
 IDENTITY_ATTR = "workbench_measurement"
 
 
-def check_study_identity(study: optuna.Study, ident: dict) -> None:
+def check_study_identity(study: optuna.Study, ident: dict, record: bool = True) -> None:
     """Record ``ident`` (the settings and fingerprints that change what a trial measures) in a new study; refuse
     (one-line ``ValueError`` naming each setting that differs, with the study's value) to add trials to a study
-    that measured something else, in the out_dir's own storage and in a shared ``--storage`` alike. A study from
-    before identities were recorded gets this one if it has no trial yet, and is refused otherwise."""
+    that measured something else, in the out_dir's own storage and in a shared ``--storage`` alike. A study with no
+    finished (complete or pruned) trial yet takes this identity; one from before identities were recorded that has
+    finished trials is refused. ``record=False``: check only, write nothing."""
     old = study.user_attrs.get(IDENTITY_ATTR)
-    if old is None:
-        if study.trials:
-            raise ValueError(f"study {study.study_name!r} holds {len(study.trials)} trials that do not record what "
+    finished = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
+                                                        optuna.trial.TrialState.PRUNED))
+    if old is None or not finished:             # nothing measured yet (only failed trials): this run's identity
+        if old is None and finished:
+            raise ValueError(f"study {study.study_name!r} holds {len(finished)} trials that do not record what "
                              "they measured (an older workbench): resume it with the workbench that started it, or "
                              "give a new --study name")
-        study.set_user_attr(IDENTITY_ATTR, ident)
+        if record:
+            study.set_user_attr(IDENTITY_ATTR, ident)
         return
     diff = [k for k in sorted(set(old) | set(ident)) if old.get(k) != ident.get(k)]
     if diff:
@@ -190,8 +194,7 @@ def check_existing_study(name: str, storage, ident: dict) -> None:
         study = optuna.load_study(study_name=name, storage=storage)
     except KeyError:                            # no such study yet
         return
-    if study.user_attrs.get(IDENTITY_ATTR) is not None or study.trials:
-        check_study_identity(study, ident)
+    check_study_identity(study, ident, record=False)
 
 
 def open_study(name: str, storage: str | None, out_dir: Path, sampler: str = "tpe", seed: int | None = 0,

@@ -151,10 +151,10 @@ class ThresholdObjective:
 
 
 #: Settings of a sweep's out_dir that a rerun may change: how many trials and workers, how the next parameters
-#: are drawn and searched, where the study is stored. Every setting that changes a measurement stays fixed
-#: (:data:`MEASUREMENT`), and so does the study's name.
+#: are drawn and searched. Every setting that changes a measurement stays fixed (:data:`MEASUREMENT`), and so do
+#: the study's name and storage (the folder's exports are that study's).
 SWEEP_MAY_CHANGE = ("n_trials", "n_workers", "seed", "heartbeat_interval", "optuna_sampler", "threshold_low",
-                    "threshold_high", "storage")
+                    "threshold_high")
 #: The settings that change a trial's measurement (tpf, accuracy): a study records them with the fingerprints of
 #: its model, sampler and prompt set (:func:`measurement_identity`), and refuses a resume that changes any.
 MEASUREMENT = ("model", "policy", "sampler", "sampler_fallback", "block_lengths", "tune_block_length", "accuracy",
@@ -186,10 +186,11 @@ def run_sweep(cfg: SweepConfig) -> dict:
     :func:`~workbench.tune.storage.check_study_identity` for the study). Ctrl-C or SIGTERM fails the trials in flight (a rerun runs them
     again), exports the finished ones and ends with :class:`~workbench.interrupts.Interrupted`."""
     from ..interrupts import Interrupted
-    from ..run_folder import check_run, open_run, run_settings
+    from ..run_folder import check_run, open_run, run_settings, update_record
 
     cfg.validate()
-    folder_args = dict(path=cfg.out_dir, kind="sweep", settings=run_settings(cfg), may_change=SWEEP_MAY_CHANGE)
+    folder_args = dict(path=cfg.out_dir, kind="sweep", settings=run_settings(cfg), may_change=SWEEP_MAY_CHANGE,
+                       state="trials.parquet")
     check_run(**folder_args)
     if cfg.storage:                             # a bad --storage fails before anything is written
         make_storage(cfg.storage, Path(cfg.out_dir), cfg.heartbeat_interval)
@@ -217,6 +218,7 @@ def run_sweep(cfg: SweepConfig) -> dict:
                 raise Interrupted(e.signum, f"interrupted after {_completed(study)} finished trials (exported to "
                                             f"{out}); rerun the same command to run the rest") from None
             trials = export_study(study, out, cfg.accuracy)
+            update_record(folder, finished=_completed(study) >= cfg.n_trials)
     finally:
         _OBJECTIVES.clear()                     # the cache spans one sweep (its workers and the retry pass)
     return {"study": cfg.study, "trials_before": before, "trials_after": _completed(study),
