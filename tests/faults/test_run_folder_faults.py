@@ -112,6 +112,33 @@ def test_changed_settings_are_refused_by_name_or_applied(tmp_path, small_corpus)
     assert rec["settings"]["lr"] == 0.01 and [0.0015, 0.01] in [r["changes"].get("lr") for r in rec["resumes"]]
 
 
+def test_interrupted_sampler_applies_a_new_lr(store, tmp_path, monkeypatch):
+    """Case 4 (train sampler, interrupted): a changed --lr was recorded but the restored schedule went on. Now the
+    logged lr after the resume point is the uninterrupted schedule scaled by new / old peak."""
+    import pandas as pd
+
+    from workbench.sampler.train import main
+
+    monkeypatch.chdir(REPO)
+    common = [*SAMPLER, "--store", str(store), "--max_epochs", "3", "--patience", "99", "--warmup_steps", "0"]
+    assert main([*common, "--out_dir", str(tmp_path / "ref")]) == 0          # uninterrupted, lr 0.003
+    with stop_lightning_at(20):
+        main([*common, "--out_dir", str(tmp_path / "run")])
+    assert main([*common, "--out_dir", str(tmp_path / "run"), "--lr", "0.006"]) == 0
+
+    def lr(run):
+        log = pd.read_csv(tmp_path / run / "logs/version_0/metrics.csv").dropna(subset=["lr"])
+        return log.set_index("step")["lr"]
+
+    ref, run = lr("ref"), lr("run")
+    before, after = [s for s in ref.index if s < 20], [s for s in ref.index if s > 20]
+    assert before and after and set(after) <= set(run.index)
+    assert all(abs(run[s] - ref[s]) < 1e-9 for s in before)
+    assert all(abs(run[s] - 2 * ref[s]) < 1e-9 for s in after)
+    rec = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert [0.003, 0.006] in [r["changes"].get("lr") for r in rec["resumes"]]
+
+
 def test_finished_sampler_refuses_a_new_lr(store, tmp_path, cli):
     """Case 4 (finished run): a changed --lr re-exported sampler.json saying lr 0.01 for weights trained at 0.003.
     A finished run has no step left to apply it to: refused by name, and the export is unchanged."""
@@ -169,15 +196,16 @@ def _signal_run(args: list[str], ready: Path, sig: int):
     return interrupt(proc, sig)
 
 
-def test_ctrl_c_in_train_lm_saves_a_checkpoint_and_resumes(tmp_path):
-    """SIGINT to the process group in train lm exited rc 1 with nothing on stderr. Now: one line, exit 130, a
-    checkpoint at the step reached, and a rerun resumes from it."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_in_train_lm_saves_a_checkpoint_and_resumes(tmp_path, sig):
+    """SIGINT to the process group in train lm exited rc 1 with nothing on stderr, SIGTERM rc 0 with no model/.
+    Now: one line, exit 130 / 143, a checkpoint at the step reached, and a rerun resumes from it."""
     run = tmp_path / "run"
     args = ["train", "lm", *LM, "--out_dir", str(run), "--max_steps", "100000", "--stage1_steps", "4",
             "--val_every", "1000", "--checkpoint_every", "10"]
-    rc, out, err = _signal_run(args, run / "checkpoints" / "last.ckpt", signal.SIGINT)
+    rc, out, err = _signal_run(args, run / "checkpoints" / "last.ckpt", sig)
     lines = stderr_lines(err)
-    assert rc == 130 and len(lines) == 1 and "interrupted at step" in lines[0], err[-3000:]
+    assert rc == 128 + sig and len(lines) == 1 and "interrupted at step" in lines[0], err[-3000:]
     step = int(lines[0].split("interrupted at step ")[1].split(";")[0])
     ck = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu")
     assert ck["global_step"] == step and not (run / "model").exists()

@@ -227,7 +227,9 @@ def _fit_and_export(cfg: SamplerTrainConfig, folder, data, trainer, best, stop, 
     write_json(out / "metrics.json", {"global_step": trainer.global_step, "epoch": trainer.current_epoch,
                                       "wall_s_this_run": wall, "best_val_auc": best_auc,
                                       "n_train_rows": data.n_train_rows, "n_val_rows": data.n_val_rows, **metrics})
-    update_record(folder, finished=True)
+    early = trainer.early_stopping_callback
+    update_record(folder, finished=bool(early is not None and early.stopped_epoch) or trainer.current_epoch >=
+                  cfg.max_epochs or 0 < cfg.max_steps <= trainer.global_step)
     return out / "sampler"
 
 
