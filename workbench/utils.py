@@ -108,12 +108,16 @@ def check_replaceable(path: str | os.PathLike, kind: str | None = None) -> None:
 
 
 def enclosing_store(path: str | os.PathLike) -> Path | None:
-    """The Zarr store that ``path`` is, or lies inside (nearest ancestor holding ``zarr.json``); None if none."""
+    """The Zarr store that ``path`` is, or lies inside: the root of the nearest run of ancestors holding
+    ``zarr.json`` (a store's groups hold one too, so ``st.zarr/B8`` gives ``st.zarr``); None if none."""
     p = Path(path).absolute()
+    found = None
     for q in (p, *p.parents):
         if (q / "zarr.json").is_file():
-            return q
-    return None
+            found = q
+        elif found is not None:
+            break
+    return found
 
 
 def _recorded_kind(p: Path) -> str | None:

@@ -78,13 +78,13 @@ def test_lm_refuses_a_train_sampler_folder(store, tmp_path, cli):
     assert _files(run) == before
 
 
-@pytest.mark.parametrize("where", ["store", "inside"])
+@pytest.mark.parametrize("where", ["store", "inside", "group"])
 def test_sampler_refuses_a_store_as_run_folder(store, cli, where):
     """A train sampler --out_dir equal to --store (or inside it) wrote checkpoints and logs among its arrays."""
-    out = store if where == "store" else store / "runs" / "a"
+    out = {"store": store, "inside": store / "runs" / "a", "group": store / "B8" / "run"}[where]
     before = _files(store)
     _one_line(cli("train", "sampler", *SAMPLER, "--store", str(store), "--out_dir", str(out), "--max_steps", "2"),
-              2, "trajectory store")
+              2, f"the trajectory store {store}:")
     assert _files(store) == before
 
 

@@ -70,6 +70,10 @@ class SamplerHPOConfig:
     """Validate (and report to the pruner) every this many steps."""
     batch_size: int = 256
     """Rows per step."""
+    val_fraction: float = 0.1
+    """Share of prompts (or documents or trajectories, see split_by) held out for the validation AUC."""
+    split_by: str = "prompt"
+    """Held-out unit of every trial: 'prompt', 'document' or 'traj' (``workbench train sampler``'s option)."""
     keep_trial_dirs: bool = False
     """Keep every trial's run directory (default: only the best trial's sampler is kept)."""
     seed: int | None = 0
@@ -166,7 +170,8 @@ def _hpo_worker(cfg: dict, index: int, ready=lambda: None) -> None:
     out = Path(cfg.out_dir)
     study = _open(cfg, index)
     base = SamplerTrainConfig(store=cfg.store, block_length=cfg.block_length, max_epochs=cfg.max_epochs,
-                              val_every=cfg.val_every, batch_size=cfg.batch_size, progress_bar=False, resume=False)
+                              val_every=cfg.val_every, batch_size=cfg.batch_size, val_fraction=cfg.val_fraction,
+                              split_by=cfg.split_by, progress_bar=False, resume=False)
 
     def objective(trial: optuna.Trial) -> float:
         mark_worker(trial)
