@@ -7,10 +7,12 @@ A run folder holds a **run record**, ``run.json``, written before anything else:
 
 * ``kind`` names the command that owns the folder (:data:`KINDS`); a command given a folder of another kind, a
   Zarr store, or a folder inside a store refuses before it writes anything, naming what it found.
-* ``settings`` are the settings that define the run. On a resume each one is compared with the command's: a
-  setting that may change (the command's ``may_change``) is applied and the change is logged in ``resumes``;
-  any other change is refused by name, with the recorded value, so a run never records one value and trains
-  with another.
+* ``settings`` are the settings that define the run (paths made absolute). On a resume each one is compared with
+  the command's: operational ones (``may_change``: progress bars, devices) may change; ``applied`` ones (a new
+  learning rate) may change while the run is unfinished, and the command applies them; any other change is refused
+  by name, with the recorded value, so a run never records one value and trains with another. Every resume and
+  what it changed is logged in ``resumes``. A folder without its ``state`` (a training run's resume point) holds
+  nothing that could mix, and takes new settings.
 * One writer per folder: the process that opens a folder holds an exclusive ``flock`` on ``.lock`` (with its
   process id, host and command written inside) until it ends; a second process is refused in one line naming
   the holder. The kernel releases the lock when its holder dies, so a stale lock is taken over.
@@ -199,10 +201,14 @@ def _check_unlocked(p: Path, option: str) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise RunFolderError(f"{option} {p} is in use by {_holder(lock)}; wait for it to finish (or stop it), or "
-                             f"choose another {option}") from None
+        raise _in_use(p, option) from None
     finally:
         os.close(fd)                            # closing releases a lock taken here
+
+
+def _in_use(p: Path, option: str) -> RunFolderError:
+    return RunFolderError(f"{option} {p} is in use by {_holder(p / LOCK)}; wait for it to finish (or stop it), or "
+                          f"choose another {option}")
 
 
 def _lock(p: Path, kind: str, option: str) -> int:
@@ -213,8 +219,7 @@ def _lock(p: Path, kind: str, option: str) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise RunFolderError(f"{option} {p} is in use by {_holder(lock)}; wait for it to finish (or stop it), or "
-                             f"choose another {option}") from None
+        raise _in_use(p, option) from None
     os.ftruncate(fd, 0)
     os.write(fd, f"process {os.getpid()} on {socket.gethostname()} (`workbench {kind}`, since "
                  f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode())
