@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import random
+import signal
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytorch_lightning as pl
 import torch
 
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
-from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
 from .atomic import atomic_path, write_text
 from .interrupts import SafeStop, stopping_at_safe_points
@@ -247,7 +248,7 @@ class StopOnSignal(pl.Callback):
             self.flag.install()
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.flag is not None and not trainer.training:      # a validation of its own (trainer.validate)
+        if self.flag is not None:            # the same for trainer.validate, which installs Lightning's again too
             self.flag.install()
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
@@ -258,8 +259,6 @@ class StopOnSignal(pl.Callback):
         if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
             return                                                  # the last step: the run finishes normally
         trainer.save_checkpoint(self.checkpoint, weights_only=False)
-        import signal
-
         raise SafeStop(self.flag.signum or signal.SIGTERM,
                        f"interrupted at step {trainer.global_step}; a checkpoint was saved: rerun the same command "
                        "to resume")
@@ -288,8 +287,6 @@ class ResumeChanges(pl.Callback):
             print(f"lr {peaks[0]:g} → {self.lr:g} from step {trainer.global_step}: the schedule continues at its "
                   "position, scaled to the new peak", flush=True)
         if self.patience is not None:
-            from pytorch_lightning.callbacks import EarlyStopping
-
             for cb in trainer.callbacks:
                 if isinstance(cb, EarlyStopping) and cb.patience != self.patience:
                     print(f"early-stopping patience {cb.patience} → {self.patience} from step {trainer.global_step}",
@@ -313,5 +310,6 @@ def scale_learning_rate(trainer: pl.Trainer, ratio: float) -> None:
             sched._last_lr = [g["lr"] for g in sched.optimizer.param_groups]
 
 
-__all__ = ["AtomicCheckpointIO", "discard_stale_checkpoints", "LastAfterValidation", "LastCheckpoint", "RngState", "LogHistory", "ResumeChanges", "StopOnSignal", "trainable_shapes", "check_trainable_state",
-           "check_resume_state", "scale_learning_rate"]
+__all__ = ["AtomicCheckpointIO", "LastAfterValidation", "LastCheckpoint", "LogHistory", "ResumeChanges", "RngState",
+           "StopOnSignal", "check_resume_state", "check_trainable_state", "discard_stale_checkpoints",
+           "scale_learning_rate", "trainable_shapes"]

@@ -28,7 +28,7 @@ import os
 import socket
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -77,6 +77,16 @@ def run_settings(cfg) -> dict:
     return {k: _absolute(v) if k in PATH_SETTINGS else v for k, v in asdict(cfg).items() if k != "out_dir"}
 
 
+def training_run(cfg, kind: str, may_change=(), applied=("lr",), **kw) -> dict:
+    """The keyword arguments of :func:`check_run` / :func:`open_run` for the run folder of a ``train`` command's
+    config ``cfg`` (a dataclass with ``out_dir`` and ``resume``): its settings (:func:`run_settings`), the
+    :data:`OPERATIONAL` settings and ``may_change`` free to change, ``applied`` applied on resume (the learning
+    rate, :class:`~workbench.resume.ResumeChanges`), and the resume point :data:`RESUME_POINT` as its state.
+    ``kw``: more of their keywords (``legacy_defaults``)."""
+    return dict(path=cfg.out_dir, kind=kind, settings=run_settings(cfg), may_change=(*OPERATIONAL, *may_change),
+                applied=applied, resume=cfg.resume, state=RESUME_POINT, **kw)
+
+
 class RunFolderError(RunDirError):
     """A run folder that this command may not use (another kind, changed settings, locked by another process)."""
 
@@ -119,15 +129,12 @@ def check_not_in_store(path: str | os.PathLike, option: str = "--out_dir") -> No
 
 @dataclass
 class RunFolder:
-    """An open run folder (see the module docstring): ``path``, ``kind``, the record's ``settings``, whether this
-    start ``resumed`` a recorded run, and the ``changes`` ``{name: (recorded, now)}`` it applied. Holds the folder's
-    lock until :meth:`close` (or the end of a ``with`` block, or the process)."""
+    """An open run folder (see the module docstring): ``path``, ``kind`` and the ``settings`` of this start. Holds
+    the folder's lock until :meth:`close` (or the end of a ``with`` block, or the process)."""
 
     path: Path
     kind: str
     settings: dict
-    resumed: bool = False
-    changes: dict = field(default_factory=dict)
     _lock_fd: int | None = None
 
     def close(self) -> None:
@@ -141,13 +148,6 @@ class RunFolder:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def change_line(self) -> str | None:
-        """One line naming the settings this resume changed (None: none changed)."""
-        if not self.changes:
-            return None
-        parts = ", ".join(f"{k} {old!r} → {new!r}" for k, (old, new) in self.changes.items())
-        return f"resuming {self.path} with changed settings: {parts}"
 
 
 def _jsonable(v):
@@ -343,7 +343,7 @@ def open_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(), 
     except BaseException:
         os.close(fd)
         raise
-    return RunFolder(p, kind, settings, resumed, changes, fd)
+    return RunFolder(p, kind, settings, fd)
 
 
 @contextmanager
@@ -365,13 +365,10 @@ def locked_folder(path: str | os.PathLike, kind: str, option: str = "--out_dir")
 
 def update_record(folder: RunFolder, **fields) -> None:
     """Set ``fields`` in the run record of the open ``folder`` (e.g. ``finished=True`` once the run's outputs are
-    written, or the step a resume started from in its last ``resumes`` entry via ``resume_step``). Rank 0 only."""
+    written). Rank 0 only (other ranks hold no lock)."""
     if folder._lock_fd is None:
         return
     rec = read_record(folder.path) or {}
-    step = fields.pop("resume_step", None)
-    if step is not None and rec.get("resumes"):
-        rec["resumes"][-1]["step"] = int(step)
     rec.update(_jsonable(fields))
     write_json(folder.path / RECORD, rec, ensure_ascii=False)
 
@@ -385,5 +382,5 @@ def _version() -> str:
         return "unknown"
 
 
-__all__ = ["KINDS", "LOCK", "OPERATIONAL", "RESUME_POINT", "run_settings", "RECORD", "STORE_KIND", "RunFolder", "RunFolderError", "check_not_in_store", "check_run",
+__all__ = ["KINDS", "LOCK", "OPERATIONAL", "RESUME_POINT", "training_run", "run_settings", "RECORD", "STORE_KIND", "RunFolder", "RunFolderError", "check_not_in_store", "check_run",
            "enclosing_store", "folder_kind", "locked_folder", "open_run", "read_record", "update_record"]

@@ -33,16 +33,16 @@ def small_disk(tmp_path):
 
 
 def fill(disk: Path, leave: int) -> Path:
-    """Fill ``disk`` until only about ``leave`` bytes are free; returns the filler file (delete it to free space)."""
+    """Fill ``disk`` until about ``leave`` bytes are free; returns the filler file (delete it to free space).
+    Fails the test if the disk then has more than ``leave`` bytes free (plus one page): a fill that did not
+    fill would let a full-disk test pass without a full disk."""
     import shutil
 
     f = disk / "filler"
     free = shutil.disk_usage(disk).free
-    with open(f, "wb") as fh:
-        try:
-            fh.write(b"\0" * max(0, free - leave))
-        except OSError:
-            pass
+    f.write_bytes(b"\0" * max(0, free - leave))
+    left = shutil.disk_usage(disk).free
+    assert left <= leave + 4096, f"{disk} still has {left} bytes free after filling it to leave {leave}"
     return f
 
 

@@ -20,7 +20,7 @@ from pytorch_lightning.loggers import CSVLogger
 from ..distributed import DeviceConfig, make_trainer, resume_point
 from ..atomic import write_json
 from ..resume import LogHistory, ResumeChanges, RngState, StopOnSignal, discard_stale_checkpoints
-from ..run_folder import OPERATIONAL, RESUME_POINT, check_run, open_run, run_settings, update_record
+from ..run_folder import check_run, open_run, training_run, update_record
 from ..model.fingerprint import weights_fingerprint
 from ..model.io import save_checkpoint
 from ..model.presets import PRESETS
@@ -212,7 +212,7 @@ def _fit_and_save(cfg: DeerTrainConfig, folder, settings: dict, target_spec: str
 
 #: Settings of a ``train deer`` run that a resume may change (the others are refused by name): how it runs and
 #: how often it checkpoints.
-DEER_MAY_CHANGE = (*OPERATIONAL, "checkpoint_every")
+DEER_MAY_CHANGE = ("checkpoint_every",)
 #: Settings a resume applies to the rest of an unfinished run (:class:`~workbench.resume.ResumeChanges`).
 DEER_APPLIED = ("lr",)
 
@@ -220,8 +220,7 @@ DEER_APPLIED = ("lr",)
 def run_folder_args(cfg: DeerTrainConfig, target_spec: str) -> dict:
     """The keyword arguments of :func:`~workbench.run_folder.check_run` / ``open_run`` for ``cfg``'s run folder
     (``target_spec``: the AR target the run aligns to, recorded in place of an unset ``target``)."""
-    return dict(path=cfg.out_dir, kind="train deer", settings=run_settings(replace(cfg, target=target_spec)),
-                may_change=DEER_MAY_CHANGE, resume=cfg.resume, state=RESUME_POINT, applied=DEER_APPLIED)
+    return training_run(replace(cfg, target=target_spec), "train deer", DEER_MAY_CHANGE, DEER_APPLIED)
 
 
 def main(argv: list[str]) -> int:

@@ -25,7 +25,7 @@ from ..distributed import DeviceConfig, make_trainer, resume_point
 from ..atomic import write_json
 from ..resume import (LastAfterValidation, LogHistory, ResumeChanges, RngState, StopOnSignal, check_trainable_state,
                       discard_stale_checkpoints, trainable_shapes)
-from ..run_folder import OPERATIONAL, RESUME_POINT, check_run, open_run, run_settings, update_record
+from ..run_folder import check_run, open_run, training_run, update_record
 from ..utils import write_run_config
 from .data import SOURCES, DrafterDataModule, self_distill_windows
 from .lora import add_lora, resolve_target_modules, save_adapter
@@ -338,15 +338,14 @@ def _fit_and_save(cfg: LoraTrainConfig, folder, model, tok, meta: dict, kind: st
 
 #: Settings of a ``train lora`` run that a resume may change (the others are refused by name): how it runs, and
 #: whether a fresh run validates the adapter-free drafter first.
-LORA_MAY_CHANGE = (*OPERATIONAL, "baseline")
+LORA_MAY_CHANGE = ("baseline",)
 #: Settings a resume applies to the rest of an unfinished run (:class:`~workbench.resume.ResumeChanges`).
 LORA_APPLIED = ("lr",)
 
 
 def run_folder_args(cfg: LoraTrainConfig) -> dict:
     """The keyword arguments of :func:`~workbench.run_folder.check_run` / ``open_run`` for ``cfg``'s run folder."""
-    return dict(path=cfg.out_dir, kind="train lora", settings=run_settings(cfg), may_change=LORA_MAY_CHANGE,
-                resume=cfg.resume, state=RESUME_POINT, applied=LORA_APPLIED)
+    return training_run(cfg, "train lora", LORA_MAY_CHANGE, LORA_APPLIED)
 
 
 def save_aligned_gated(model, source_meta: dict, info: dict, out: Path) -> Path:

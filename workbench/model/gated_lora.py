@@ -112,11 +112,11 @@ def load_gated_lora(model, adapter_dir, trainable: bool = False):
 
     Raises ``FileNotFoundError`` if ``adapter_dir`` holds no ``adapter_config.json``, and
     :class:`~workbench.model.io.CheckpointError` (one line) for an adapter whose config disagrees with its weights or
-    whose weights do not fit the model (:func:`~workbench.model.io.check_adapter`), before anything is loaded.
+    whose weights do not fit the model (:func:`~workbench.model.adapter_check.check_adapter`), before anything is loaded.
     """
     from peft import PeftModel
 
-    from .io import check_adapter
+    from .adapter_check import check_adapter
 
     check_adapter(adapter_dir, model.backbone)
     model.backbone = PeftModel.from_pretrained(model.backbone, adapter_dir, is_trainable=trainable)

@@ -24,8 +24,7 @@ from pytorch_lightning.loggers import CSVLogger
 from ..distributed import DeviceConfig, make_trainer
 from ..atomic import write_json
 from ..resume import LastCheckpoint, LogHistory, ResumeChanges, RngState, StopOnSignal, discard_stale_checkpoints
-from ..run_folder import (OPERATIONAL, RESUME_POINT, check_run, open_run, read_record, run_settings,
-                          update_record)
+from ..run_folder import check_run, open_run, read_record, training_run, update_record
 from ..utils import staged_dir, write_run_config
 from .data import SPLIT_BY, SamplerDataModule
 from .module import SamplerModule
@@ -233,16 +232,13 @@ def _fit_and_export(cfg: SamplerTrainConfig, folder, data, trainer, best, stop, 
     return out / "sampler"
 
 
-#: Settings of a ``train sampler`` run that a resume may change (the others are refused by name): how it runs.
-SAMPLER_MAY_CHANGE = OPERATIONAL
-#: Settings a resume applies to the rest of an unfinished run (:class:`~workbench.resume.ResumeChanges`).
+#: Settings a ``train sampler`` resume applies (besides the operational ones, every other change is refused) to the rest of an unfinished run (:class:`~workbench.resume.ResumeChanges`).
 SAMPLER_APPLIED = ("lr", "patience")
 
 
 def run_folder_args(cfg: SamplerTrainConfig) -> dict:
     """The keyword arguments of :func:`~workbench.run_folder.check_run` / ``open_run`` for ``cfg``'s run folder."""
-    return dict(path=cfg.out_dir, kind="train sampler", settings=run_settings(cfg), may_change=SAMPLER_MAY_CHANGE,
-                resume=cfg.resume, state=RESUME_POINT, applied=SAMPLER_APPLIED)
+    return training_run(cfg, "train sampler", applied=SAMPLER_APPLIED)
 
 
 def main(argv: list[str]) -> int:

@@ -38,9 +38,9 @@ def load_adapter(model, adapter_dir, trainable: bool = False):
 
     Raises ``FileNotFoundError`` if ``adapter_dir`` holds no ``adapter_config.json``, and
     :class:`~workbench.model.io.CheckpointError` (one line) for an adapter whose config disagrees with its weights or
-    whose weights do not fit the model (:func:`~workbench.model.io.check_adapter`), before anything is loaded.
+    whose weights do not fit the model (:func:`~workbench.model.adapter_check.check_adapter`), before anything is loaded.
     """
-    from ..model.io import check_adapter
+    from ..model.adapter_check import check_adapter
 
     d = check_adapter_dir(adapter_dir)
     check_adapter(d, model.backbone)

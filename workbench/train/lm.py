@@ -32,8 +32,7 @@ from ..model.unlikelihood import repeated_ngram_mask, unlikelihood_loss
 from ..speculative.accept import accepted_prefix_length
 from ..tokenizer import MASK_ID, byte_tokenizer
 from ..atomic import write_bytes, write_json
-from ..run_folder import (OPERATIONAL, RESUME_POINT, check_run, open_run, read_record, run_settings,
-                          update_record)
+from ..run_folder import check_run, open_run, read_record, training_run, update_record
 from ..utils import RunDirError, staged_dir, step_generator, write_run_config
 from ..resume import (LogHistory, ResumeChanges, RngState, StopOnSignal, check_resume_state, check_trainable_state,
                       discard_stale_checkpoints, trainable_shapes)
@@ -510,7 +509,7 @@ def unlikelihood_step(model: TriModeLM, batch: torch.Tensor, cfg: LMTrainConfig,
 
 #: Settings of a ``train lm`` run that a resume may change (the others are refused by name,
 #: :mod:`workbench.run_folder`): how it runs, when it stops, validates and checkpoints.
-LM_MAY_CHANGE = (*OPERATIONAL, "stop_at_step", "val_every", "checkpoint_every", "attention")
+LM_MAY_CHANGE = ("stop_at_step", "val_every", "checkpoint_every", "attention")
 #: Settings a resume applies to the rest of the run (:class:`~workbench.resume.ResumeChanges`).
 LM_APPLIED = ("lr",)
 #: What a run folder written before ``noise_per`` existed drew: one noise level per block.
@@ -519,8 +518,7 @@ LM_LEGACY_DEFAULTS = {"noise_per": "block"}
 
 def run_folder_args(cfg: LMTrainConfig) -> dict:
     """The keyword arguments of :func:`~workbench.run_folder.check_run` / ``open_run`` for ``cfg``'s run folder."""
-    return dict(path=cfg.out_dir, kind="train lm", settings=run_settings(cfg), may_change=LM_MAY_CHANGE,
-                resume=cfg.resume, state=RESUME_POINT, legacy_defaults=LM_LEGACY_DEFAULTS, applied=LM_APPLIED)
+    return training_run(cfg, "train lm", LM_MAY_CHANGE, LM_APPLIED, legacy_defaults=LM_LEGACY_DEFAULTS)
 
 
 def build_model(cfg: LMTrainConfig):
