@@ -16,7 +16,7 @@ from conftest import bpe_tokenizer
 WINDOW = 8
 SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              max_position_embeddings=256)
-#: model_type → config fields (besides vocabulary and special tokens); the README's family table lists them.
+#: model_type → config fields (besides vocabulary and special tokens); docs/models.md's family table lists them.
 FAMILIES = {
     "llama": SMALL,
     "qwen2": SMALL,

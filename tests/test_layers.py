@@ -1,5 +1,5 @@
-"""The package has no import cycle: the import-linter layers contract in pyproject.toml holds (README:
-Architecture). A new import from a lower layer into a higher one fails this test."""
+"""The package has no import cycle: the import-linter layers contract in pyproject.toml holds
+(docs/architecture.md). A new import from a lower layer into a higher one fails this test."""
 import shutil
 import subprocess
 import sys

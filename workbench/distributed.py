@@ -13,7 +13,7 @@ distributed sampler deals the items of each step to the ranks (see :mod:`workben
 
 Launching: ``--devices N --strategy ddp`` on one machine re-runs the same command line once per extra rank
 (Lightning's subprocess launcher); on a SLURM cluster ``srun`` starts the ranks and Lightning reads the SLURM
-environment (README: Training on several devices). No distributed code of our own: Lightning's strategies
+environment (docs/commands.md: Training on several devices). No distributed code of our own: Lightning's strategies
 do the work.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ class DeviceConfig:
     devices: int = 1
     """Devices (processes) per node. More than one needs a parallel ``strategy`` (auto picks DDP)."""
     num_nodes: int = 1
-    """Nodes (machines); each runs ``devices`` processes. On SLURM, launch with ``srun`` (README)."""
+    """Nodes (machines); each runs ``devices`` processes. On SLURM, launch with ``srun`` (docs/commands.md)."""
     strategy: str = "auto"
     """Lightning strategy: 'auto', 'ddp', 'ddp_spawn', 'fsdp', or 'deepspeed' where installed."""
     micro_batch_size: int | None = None
