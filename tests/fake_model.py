@@ -43,5 +43,5 @@ class FakeTriMode:
         p.scatter_(2, top[..., None], self.conf[:b][None, :, None].expand(n, b, 1))
         return p
 
-    def diffusion_logits(self, block, cache, key_valid):
+    def diffusion_logits(self, block, cache, key_valid, future_masks=0):
         return torch.log(self.probs(block))

@@ -47,6 +47,8 @@ register_decoder(DecoderSpec("confidence", _confidence, sweep="block_length+thre
 register_decoder(DecoderSpec("serial", _serial, sweep="block_length", block_commits=True, ceiling="serial",
                              description="block diffusion, one position per forward: the serial target (NLD §4.1)"))
 
+from . import families as _families  # noqa: E402,F401  (registers the released families' own decoders)
+
 #: Name → decode function of every decoder registered so far (a view kept for older callers).
 POLICIES = DECODERS
 

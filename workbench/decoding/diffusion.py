@@ -20,7 +20,8 @@ StepCallback = Callable[[int, int, torch.Tensor, torch.Tensor, torch.Tensor, tor
 def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length: int, rule: CommitRule,
                      real_continuation: list[list[int]] | None = None, use_cache: bool = True,
                      pad_id: int = 0, precision: str = "fp32", on_step: StepCallback | None = None,
-                     rule_sees_truth: bool = False, commit_last_block: bool = True) -> DecodeResult:
+                     rule_sees_truth: bool = False, commit_last_block: bool = True,
+                     seed_block_start: bool = False) -> DecodeResult:
     """Decode ``gen_len`` tokens per prompt block by block.
 
     Each block starts as ``B`` mask tokens. Every forward computes diffusion logits of the block over
@@ -43,6 +44,9 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
         rule_sees_truth: call ``rule(probs, masked, truth)`` with the real block ``(N, B)`` (the hybrid
             trajectory policy, NLD App. A); needs ``real_continuation``.
         commit_last_block: False skips the KV-commit forward after the last block (nothing follows it).
+        seed_block_start: block position 0 starts as the AR next token (the argmax of the prefill's or the last
+            KV-commit's logit, the mask token excluded) instead of a mask: NLD's Hugging Face ``generate_diffusion``
+            (``causal_context=True``); vLLM's NLD starts from all masks (the default). Needs an AR mode.
 
     Returns a :class:`DecodeResult`. Raises :class:`~workbench.decoding.base.DecodeError` on bad lengths.
     """
@@ -61,24 +65,35 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
     t0 = time.perf_counter()
     with autocast_for(dev, precision):
         cache = model.new_cache()
+        last = None                                               # the last commit's logits (read when seeding)
         if use_cache:
-            model.extend(ids, cache, valid, logits_to_keep=1)     # logits unread
+            last = model.extend(ids, cache, valid, logits_to_keep=1)
         ctx_ids, ctx_valid = ids, valid
         for start in range(0, gen_len, b):
             block = torch.full((n, b), model.mask_token_id, dtype=torch.long, device=dev)
             kv = torch.cat([ctx_valid, ones], 1)
             masked = torch.ones((n, b), dtype=torch.bool, device=dev)
+            if seed_block_start:
+                if not use_cache:
+                    last = model.extend(ctx_ids, model.new_cache(), ctx_valid, logits_to_keep=1)
+                ar = last[:, -1].float()
+                ar[:, model.mask_token_id] = float("-inf")
+                p_ar = torch.softmax(ar, dim=-1)
+                block[:, 0] = p_ar.argmax(dim=-1)
+                qs[:, start] = p_ar.max(dim=-1).values
+                masked[:, 0] = False
             truth = real[:, start:start + b] if real is not None else None
             if rule_sees_truth and truth is None:
                 raise DecodeError("this policy needs the real continuation (ground truth)")
             step = 0
             while masked.any():
+                future = gen_len - start - b                      # masks after the block (LLaDA and Dream see them)
                 if use_cache:
-                    logits = model.diffusion_logits(block, cache, kv)
+                    logits = model.diffusion_logits(block, cache, kv, future_masks=future)
                 else:
                     fresh = model.new_cache()
                     model.extend(ctx_ids, fresh, ctx_valid, logits_to_keep=1)
-                    logits = model.diffusion_logits(block, fresh, kv)
+                    logits = model.diffusion_logits(block, fresh, kv, future_masks=future)
                 calls += 1
                 logits = logits.float()
                 logits[..., model.mask_token_id] = float("-inf")  # a position is never decoded as the mask token
@@ -102,12 +117,13 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
             committed = real[:, start:start + b] if real is not None else block
             if start + b == gen_len and not commit_last_block:
                 break
+            commit_forward = getattr(model, "commit_forward", True)     # False: the family recomputes instead
             if use_cache:
-                model.extend(committed, cache, kv, logits_to_keep=1)  # KV commit: logits unread
-                calls += 1
+                last = model.extend(committed, cache, kv, logits_to_keep=1)  # KV commit (logits read when seeding)
+                calls += int(commit_forward)
             ctx_ids, ctx_valid = torch.cat([ctx_ids, committed], 1), kv
             for r in range(n):
-                extra[r] += 1
+                extra[r] += int(commit_forward)
     wall = time.perf_counter() - t0
     return DecodeResult(tokens=out.tolist(), forwards=forwards, extra_forwards=extra,
                         committed_per_step=per_step, step_tokens=step_tok, wall_time=wall, model_calls=calls,

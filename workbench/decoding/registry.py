@@ -55,6 +55,11 @@ class DecoderSpec:
             a second row with ``--adapter``. Decoders whose verifier would run with the adapter (ISD) leave it off.
         ablation: the decoder is an ablation of another (a component switched off); the demo's leaderboard
             leaves it out unless asked (``--leaderboard_ablations true``), ``workbench leaderboard`` runs it.
+        needs_mode: the mode of the model the decoder runs (``"ar"`` or ``"diffusion"``; None: ``"ar"`` for AR and
+            speculative decoders, whose verifier is the model's AR mode, ``"diffusion"`` otherwise). A model of a
+            family without it (:attr:`~workbench.model.families.adapters.FamilyLM.modes`) is refused in one line.
+        reference_of: the released model families (:mod:`workbench.model.families`) whose authors ship this
+            decoder; the default decoder lists (leaderboard, demo) include it only for a model of those families.
         description: one line for listings.
     """
 
@@ -74,6 +79,8 @@ class DecoderSpec:
     load: Callable | None = None
     lora_drafter: bool = False
     ablation: bool = False
+    needs_mode: str | None = None
+    reference_of: tuple[str, ...] = ()
     description: str = ""
 
     def __post_init__(self):
@@ -81,6 +88,42 @@ class DecoderSpec:
             raise ValueError(f"decoder {self.name}: unknown sweep {self.sweep!r}; valid: {', '.join(SWEEPS)}")
         if self.target_forwards not in ("forwards", "both", "extra"):
             raise ValueError(f"decoder {self.name}: target_forwards must be forwards, both or extra")
+
+    @property
+    def mode(self) -> str:
+        """The model mode this decoder runs: :attr:`needs_mode`, or ``"ar"`` for AR and speculative decoders and
+        ``"diffusion"`` for block-diffusion ones."""
+        return self.needs_mode or ("diffusion" if self.family == "diffusion" else "ar")
+
+    def runs_by_default_on(self, model) -> bool:
+        """Whether a default decoder list (every registered decoder) includes this one for ``model``: a family's
+        reference decoder (:attr:`reference_of`) only on that family's models."""
+        family = getattr(getattr(model, "family", None), "name", None)
+        return not self.reference_of or family in self.reference_of
+
+    def available_on(self, model) -> bool:
+        """Whether ``model`` has the mode this decoder runs (see :meth:`check_model`)."""
+        try:
+            self.check_model(model)
+        except DecodeError:
+            return False
+        return True
+
+    def check_model(self, model) -> None:
+        """Raise :class:`DecodeError` (one line) when ``model`` lacks the mode this decoder runs (a released
+        diffusion LM without an AR mode given an AR or speculative decoder, an AR checkpoint without a mask token
+        given a diffusion one)."""
+        family = getattr(model, "family", None)
+        modes = getattr(model, "modes", None)
+        if family is not None and self.mode == "diffusion" and not getattr(model, "has_mask_token", True) \
+                and family.name not in self.reference_of:
+            raise DecodeError(f"decoder {self.name} denoises mask tokens, which the {family.name} family does not "
+                              "have (its open positions hold random tokens); use its own decoder: "
+                              + ", ".join(sorted(n for n, s in DECODERS.items() if family.name in s.reference_of)))
+        if family is None or modes is None or self.mode in modes:   # a plain checkpoint names --add_mask_token itself
+            return
+        raise DecodeError(f"decoder {self.name} needs the {self.mode} mode, which the {family.name} family does not "
+                          f"have (its modes: {', '.join(sorted(modes))}); pick a decoder of those modes")
 
     def forward_cost(self, length: int | None, drafter_ratio: float = 0.0) -> tuple[float, float]:
         """``(w_forward, w_extra)``: :attr:`cost`, or the family default (see the class docstring)."""
@@ -134,6 +177,7 @@ def get_policy(name: str) -> Callable[..., DecodeResult]:
     spec = get_decoder(name)
 
     def decode(model, prompts, gen_len, eos_id: int | None = None, **kw) -> DecodeResult:
+        spec.check_model(model)
         res = spec.decode(model, prompts, gen_len, **kw)
         if eos_id is None or kw.get("real_continuation") is not None:
             return res

@@ -194,11 +194,13 @@ def sol_config(cfg: DemoConfig, out_dir: str, adapter: str | None = None):
 
 
 def _default_decoders(cfg: DemoConfig) -> list[str]:
-    """Every registered decoder, without the ablations unless ``cfg.leaderboard_ablations``."""
+    """Every registered decoder, without the ablations unless ``cfg.leaderboard_ablations``, and without the released
+    families' own decoders (the demo's models are the workbench's tri-mode ones)."""
     from ..decoding.registry import DECODERS, load_decoders
 
     load_decoders()
-    return sorted(n for n, spec in DECODERS.items() if cfg.leaderboard_ablations or not spec.ablation)
+    return sorted(n for n, spec in DECODERS.items()
+                  if (cfg.leaderboard_ablations or not spec.ablation) and not spec.reference_of)
 
 
 def leaderboard_config(cfg: DemoConfig, model_spec, out_dir: str, sampler: str | None = None,

@@ -142,14 +142,16 @@ def _nll(model, prompts, res: DecodeResult, mode: str, block_length: int | None,
     return nll, alpha
 
 
-def default_runs(cfg: EvalConfig) -> list[tuple]:
+def default_runs(cfg: EvalConfig, ar: bool = True) -> list[tuple]:
     """The sweep of ``cfg``: (mode, policy, B, τ) for AR greedy, serial and confidence, then
     (free, ar_sample, None, temperature) per ``cfg.sample_temperatures``. AR greedy and serial come first
-    in each mode because the other runs are compared with them."""
-    runs = [(mode, "ar_greedy", b, None) for mode in cfg.modes for b in (cfg.block_lengths if mode == "real" else [None])]
+    in each mode because the other runs are compared with them. ``ar`` False (a released diffusion LM without an
+    AR mode) leaves the AR runs out."""
+    runs = [(mode, "ar_greedy", b, None) for mode in cfg.modes for b in (cfg.block_lengths if mode == "real" else [None])
+            if ar]
     runs += [(mode, "serial", b, None) for mode in cfg.modes for b in cfg.block_lengths]
     runs += [(mode, "confidence", b, t) for mode in cfg.modes for b in cfg.block_lengths for t in cfg.thresholds]
-    if "free" in cfg.modes:
+    if "free" in cfg.modes and ar:
         runs += [("free", "ar_sample", None, t) for t in cfg.sample_temperatures]
     return runs
 
@@ -191,7 +193,8 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     ws = whitespace_ids(tokenizer, model.backbone.config.vocab_size)
     rows = []
-    runs = default_runs(cfg) if runs is None else runs
+    has_ar = "ar" in getattr(model, "modes", ("ar",))
+    runs = default_runs(cfg, has_ar) if runs is None else runs
     policy_kwargs = policy_kwargs or {}
     ar_out: dict = {}
     serial_out: dict = {}
@@ -228,8 +231,11 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
             ar_out[(mode, b)] = res
         if policy == "serial":
             serial_out[(mode, b)] = res
-        nll, alpha = _nll(model, prompts, res, mode, b, cfg.batch_size, pad, cfg.precision,
-                          t if knob == "temperature" and t is not None else 1.0)
+        if has_ar:                  # the AR likelihood of the output needs an AR mode
+            nll, alpha = _nll(model, prompts, res, mode, b, cfg.batch_size, pad, cfg.precision,
+                              t if knob == "temperature" and t is not None else 1.0)
+        else:
+            nll = alpha = [nan] * len(prompts)
         ar_ref = ar_out.get((mode, b if mode == "real" else None))
         ser_ref = serial_out.get((mode, b))
         tps = sum(len(x) for x in res.tokens) / max(res.wall_time, 1e-9)

@@ -95,6 +95,8 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
     elif cfg.precision == "bf16-true" and model.mask_dtype != torch.bfloat16:
         raise ValueError("precision bf16-true needs the target's weights in bf16 "
                          "(decoding.base.cast_for_precision); the model given has " + str(model.mask_dtype))
+    if not cfg.decoders:                          # a family's own decoders run on that family's models only
+        specs = [s for s in specs if s.runs_by_default_on(model)]
     check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
     artefacts, missing = _artefacts(cfg, specs, model, tokenizer)
     adapter_model = None
@@ -114,8 +116,10 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
               for name, a in artefacts.items() if hasattr(a, "backbone")}
     cache = {} if decode_cache is None else decode_cache
     same = decode_identity(prompts, cfg.precision, cfg.batch_size)
-    settings = grid([s for s in specs if s.name not in missing], cfg.modes, cfg.block_lengths, cfg.thresholds,
-                    adapter_model is not None, cfg.real_context_decoders)
+    unavailable = {s.name: f"needs the {s.mode} mode, which the {model.family.name} family does not have"
+                   for s in specs if not s.available_on(model)}    # e.g. AR greedy on SDAR, LLaDA, Dream
+    settings = grid([s for s in specs if s.name not in missing and s.name not in unavailable], cfg.modes,
+                    cfg.block_lengths, cfg.thresholds, adapter_model is not None, cfg.real_context_decoders)
 
     def options(st: Setting) -> tuple[dict, float | None]:
         """The decoder's keyword options for setting ``st`` and its knob (threshold, or the sampling settings),
@@ -175,10 +179,11 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
         alpha = _introspective(model, prompts, res, st, cfg, pad, spec.temperature)
         rows.append({**base, **row_columns(spec, st.length, res, ar, serial, ws, ratios.get(st.decoder, 0.0)),
                      "introspective_acceptance": alpha, "status": "ok"})
-    for name, why in missing.items():
+    for name, why in [*((n, f"missing: {w}") for n, w in missing.items()),
+                      *((n, f"not run: {w}") for n, w in unavailable.items())]:
         spec = get_decoder(name)
         rows.append({"decoder": name, "mode": "", "block_length": 0, "threshold": math.nan, "family": spec.family,
-                     "claims_lossless": spec.lossless, "status": f"missing: {why}"})
+                     "claims_lossless": spec.lossless, "status": why})
     df = pd.DataFrame(rows)
     df = _speedup(df)
     ceilings = pd.DataFrame()
@@ -216,7 +221,7 @@ def _introspective(model, prompts, res, st: Setting, cfg: LeaderboardConfig, pad
     LoRA or a LoRA drafter, the base model). NaN for a decoder that records no ``q``."""
     from ..evaluation.metrics import ar_token_logprobs, introspective_acceptance
 
-    if not res.token_probs or not any(res.token_probs):
+    if not res.token_probs or not any(res.token_probs) or "ar" not in model.modes:
         return math.nan
     logp = []
     for i in range(0, len(prompts), cfg.batch_size):

@@ -54,11 +54,15 @@ def trained_context(meta: dict) -> int | None:
 
 
 def load_checkpoint(path: str | Path, add_mask_token: bool = False, device: str | torch.device = "cpu",
-                    dtype: torch.dtype = torch.float32) -> tuple[TriModeLM, PreTrainedTokenizerBase, dict]:
-    """Load any local Hugging Face causal-LM checkpoint as a :class:`TriModeLM`.
+                    dtype: torch.dtype = torch.float32,
+                    family: str | None = None) -> tuple[TriModeLM, PreTrainedTokenizerBase, dict]:
+    """Load any local Hugging Face causal-LM checkpoint as a :class:`TriModeLM`, or a released diffusion LM of a
+    registered family (:mod:`workbench.model.families`: chosen by the config's ``model_type``, or by ``family``)
+    as its family's adapter.
 
     Args:
         path: a ``save_pretrained`` directory (``config.json`` + weights + tokenizer files).
+        family: a registered family name that overrides the config's ``model_type``.
         add_mask_token: add ``[MASK]`` to a tokenizer that lacks one and resize the embeddings. Without it,
             a tokenizer with no mask token gives a model for AR decoding only (its diffusion paths raise
             :class:`TokenizerError` naming ``--add_mask_token``).
@@ -76,6 +80,13 @@ def load_checkpoint(path: str | Path, add_mask_token: bool = False, device: str 
         raise CheckpointError(f"model path {p} does not exist; pass a local save_pretrained directory")
     if not (p / "config.json").is_file():
         raise CheckpointError(f"{p} is not a Hugging Face checkpoint (no config.json); pass a save_pretrained directory")
+    from .families.load import load_family, read_config
+    from .families.spec import family_of_config
+
+    raw = read_config(p)
+    spec = family_of_config(raw, p, name=family)
+    if spec is not None:
+        return load_family(p, spec, raw, device=device, dtype=dtype)
     try:
         tok = AutoTokenizer.from_pretrained(p)
     except Exception as e:  # noqa: BLE001 - report any tokenizer loading failure in one line

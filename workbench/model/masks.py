@@ -98,3 +98,31 @@ def chunk_block_allowed(key_valid: torch.Tensor, chunk_len: int, block_len: int)
     diag = torch.arange(q, device=key_valid.device)
     allowed[:, diag, key_valid.shape[1] - q + diag] = True
     return allowed
+
+
+def position_allowed(q_pos: torch.Tensor, k_pos: torch.Tensor, k_ok: torch.Tensor, attention: str,
+                     block_size: int | None = None) -> torch.Tensor:
+    """Visibility of queries over keys by their absolute position ids, for the attention patterns of the released
+    diffusion LMs (:data:`~workbench.model.families.spec.ATTENTIONS`).
+
+    Args:
+        q_pos: ``(batch, query_len)`` position ids of the queries.
+        k_pos: ``(batch, key_len)`` position ids of the keys (cached keys first, then the queries' own).
+        k_ok: ``(batch, key_len)`` bool, False at keys never attended (left padding, uncommitted cache columns).
+        attention: ``'causal'`` (``k ≤ q``), ``'block_causal'`` (``k // block_size ≤ q // block_size``: SDAR and
+            Fast-dLLM v2, whose blocks sit at absolute positions), ``'full'`` or ``'window'`` (every valid key).
+        block_size: the family's block size (``'block_causal'`` only).
+
+    Returns ``(batch, query_len, key_len)`` bool. Raises ``ValueError`` for an unknown pattern or a
+    ``'block_causal'`` pattern without a positive block size.
+    """
+    allowed = k_ok[:, None, :].expand(-1, q_pos.shape[1], -1)
+    if attention == "causal":
+        return allowed & (k_pos[:, None, :] <= q_pos[:, :, None])
+    if attention == "block_causal":
+        if not block_size or block_size <= 0:
+            raise ValueError(f"block-causal attention needs a positive block size, got {block_size}")
+        return allowed & (k_pos[:, None, :] // block_size <= q_pos[:, :, None] // block_size)
+    if attention in ("full", "window"):
+        return allowed.clone()
+    raise ValueError(f"unknown attention pattern {attention!r}; valid: causal, block_causal, full, window")

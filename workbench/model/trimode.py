@@ -79,6 +79,11 @@ class TriModeLM(nn.Module):
         #: reference), 'sdpa_bool' or 'flex'; switch with :func:`~workbench.model.attention.set_attention_path`.
         self.attention_path = "dense"
         self._mask_token_id = None if mask_token_id is None else int(mask_token_id)
+        #: A commit (:meth:`extend`) runs a forward (False for a family whose "cache" only keeps token ids and whose
+        #: every denoising forward recomputes the sequence: LLaDA, Dream); decoders count it in ``extra_forwards``.
+        self.commit_forward = True
+        #: A commit appends causal KV columns that any later forward may read as they are (see the families).
+        self.causal_prefix = True
         #: Hide the mask token's column from AR logits (set for a mask token added to a pretrained AR model,
         #: whose AR distribution must stay the base's; gated models always hide it).
         self.hide_mask_logit = False
@@ -106,6 +111,12 @@ class TriModeLM(nn.Module):
         if out is not None and getattr(out, "weight", None) is not None:
             return int(out.weight.shape[0])
         return int(self.backbone.config.vocab_size)
+
+    @property
+    def modes(self) -> frozenset:
+        """Decoding modes: ``'ar'`` always, ``'diffusion'`` with a mask token (a released diffusion LM's adapter
+        gives its family's, :attr:`~workbench.model.families.adapters.FamilyLM.modes`)."""
+        return frozenset({"ar", "diffusion"}) if self._mask_token_id is not None else frozenset({"ar"})
 
     @property
     def has_mask_token(self) -> bool:
@@ -304,13 +315,17 @@ class TriModeLM(nn.Module):
         cache.crop(-b)
         return self.hide_mask_column(logits[:, :w]), logits[:, w:]
 
-    def diffusion_logits(self, block: torch.Tensor, cache: DynamicCache, key_valid: torch.Tensor) -> torch.Tensor:
+    def diffusion_logits(self, block: torch.Tensor, cache: DynamicCache, key_valid: torch.Tensor,
+                         future_masks: int = 0) -> torch.Tensor:
         """Diffusion logits of a block over the cached clean prefix, without growing the cache.
 
         Args:
             block: ``(N, B)`` current block ids (mask token at undecided positions).
             cache: KV cache of the clean prefix (length ``P``); left unchanged on return.
             key_valid: ``(N, P + B)`` bool, False at left padding.
+            future_masks: mask tokens that follow the block in the canvas (the rest of the generation). A tri-mode
+                block sees only the prefix and itself, so they are ignored here; families whose positions see the
+                whole canvas (LLaDA, Dream: :mod:`workbench.model.families.adapters`) run them.
 
         Returns ``(N, B, V)``: logits at position ``j`` predict the token at block position ``j``.
         """

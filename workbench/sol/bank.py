@@ -16,6 +16,54 @@ from ..model.kv_cache import GrowableLayer
 from ..model.window import PositionCache
 
 
+def make_bank(model, prompts: list[list[int]], extra_cols: int, pad_id: int, precision: str = "fp32",
+              batch: int = 32, room: int = 32):
+    """The prefix bank for ``model``: a :class:`PrefixBank` of KV columns where the model's commits are causal KV
+    appends (``model.causal_prefix``: the tri-mode models, NLD, I-DLM), else an :class:`IdBank` that recomputes
+    each prefix through the model's own commit (block-causal families hold partial blocks back; LLaDA and Dream
+    have no KV cache)."""
+    if getattr(model, "causal_prefix", True):
+        return PrefixBank(model, prompts, extra_cols, pad_id, precision, batch=batch, room=room)
+    return IdBank(model, prompts, extra_cols, pad_id, precision)
+
+
+class IdBank:
+    """The prefixes of ``prompts`` as token ids ``(n_prompts, P0 + extra_cols)`` with their validity; every
+    :meth:`evaluate` commits the rows' prefixes into a fresh cache of the model (its own semantics) before the
+    diffusion forward. Same interface and results as :class:`PrefixBank` for any model; one prefix forward more
+    per evaluation."""
+
+    def __init__(self, model, prompts: list[list[int]], extra_cols: int, pad_id: int, precision: str = "fp32"):
+        self.model, self.precision = model, precision
+        ids, valid = left_pad(prompts, pad_id, model.device)
+        n, self.p0 = ids.shape
+        self.ids = torch.full((n, self.p0 + extra_cols), pad_id, dtype=torch.long, device=model.device)
+        self.ids[:, :self.p0] = ids
+        self.valid = torch.zeros((n, self.p0 + extra_cols), dtype=torch.bool, device=model.device)
+        self.valid[:, :self.p0] = valid
+
+    @torch.no_grad()
+    def commit(self, rows: list[int], blocks: torch.Tensor, col: int) -> None:
+        """Write ``blocks`` ``(R, B)`` into the prefixes of ``rows`` at column ``col``."""
+        r = torch.tensor(rows, dtype=torch.long, device=self.valid.device)
+        b = blocks.shape[1]
+        self.ids[r, col:col + b] = blocks.to(self.ids.device)
+        self.valid[r, col:col + b] = True
+
+    @torch.no_grad()
+    def evaluate(self, rows: torch.Tensor, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Diffusion forward of ``states`` ``(R, B)`` over the prefixes of ``rows`` ``(R,)``: ``(top, conf)``."""
+        with autocast_for(self.model.device, self.precision):
+            cache = self.model.new_cache()
+            valid = self.valid[rows]
+            self.model.extend(self.ids[rows], cache, valid, logits_to_keep=1)
+            kv = torch.cat([valid, torch.ones(states.shape, dtype=torch.bool, device=valid.device)], 1)
+            logits = self.model.diffusion_logits(states.to(valid.device), cache, kv).float()
+        logits[..., self.model.mask_token_id] = float("-inf")
+        conf, top = torch.softmax(logits, dim=-1).max(dim=-1)
+        return top.cpu(), conf.cpu()
+
+
 class PrefixBank:
     """Prefix KV of ``prompts`` (prefilled in chunks of ``batch`` prompts).
 

@@ -168,7 +168,7 @@ def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None, cache: dict | None 
                          "max_commit_per_iteration": max(len(c) for c, _ in r["sol_path"])})
         targets = [[tok for r in recs if r["prompt_index"] == i for tok in r["target"].tolist()]
                    for i in range(len(prompts))]
-        if cfg.linear_ss:
+        if cfg.linear_ss and "ar" in getattr(model, "modes", ("ar",)):   # self-speculation needs an AR mode
             ss_rows += _linear_ss_rows(cfg, model, prompts, b, pad)
         for i, p in enumerate(prompts):
             target = targets[i]

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from .bank import PrefixBank
+from .bank import make_bank
 from .search import solve_block
 
 
@@ -57,7 +57,7 @@ def run_sol(model, prompts: list[list[int]], block_length: int, n_blocks: int, p
         if progress is not None:
             progress(len(cache[key]))
         return copy.deepcopy(cache[key])
-    bank = PrefixBank(model, prompts, n_blocks * block_length, pad_id, precision, room=block_length)
+    bank = make_bank(model, prompts, n_blocks * block_length, pad_id, precision, room=block_length)
     n = len(prompts)
     gens, pending, block_idx, wall = {}, {}, [0] * n, [0.0] * n
     out: list[dict] = []

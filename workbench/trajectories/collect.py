@@ -450,7 +450,16 @@ def store_attrs(cfg: CollectConfig, model, tok, categories: list[str]) -> dict:
             "blocks_per_prompt": cfg.blocks_per_prompt, "context_len": cfg.context_len, "context_layout": CONTEXT_LAYOUT,
             "batch_size": cfg.batch_size, "precision": cfg.precision,
             "vocab_size": int(model.backbone.config.vocab_size), "mask_token_id": int(model.mask_token_id),
-            "model": cfg.model}
+            "model": cfg.model, **model_family(model)}
+
+
+def model_family(model) -> dict:
+    """``{"model_family": ...}``: the decoding semantics of a released diffusion LM recorded in its stores
+    (:meth:`~workbench.model.families.spec.FamilySpec.semantics` with its block size), so a store says which
+    attention, shift and cache its labels came from; ``{}`` for the workbench's own tri-mode models (whose stores
+    keep the attributes they always had)."""
+    spec = getattr(model, "family", None)
+    return {} if spec is None else {"model_family": {**spec.semantics(), "block_size": model.block_size}}
 
 
 def check_extension(cfg: CollectConfig, docs, enc, categories: list[str],
