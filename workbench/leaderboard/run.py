@@ -28,6 +28,7 @@ from ..evaluation.metrics import whitespace_ids
 from ..utils import check_out_dir, staged_dir
 from .columns import row_columns
 from .config import LeaderboardConfig
+from ..model.families.spec import FamilyError
 from .rows import REFERENCES, Setting, grid
 
 
@@ -97,8 +98,10 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
                          "(decoding.base.cast_for_precision); the model given has " + str(model.mask_dtype))
     if not cfg.decoders:                          # a family's own decoders run on that family's models only
         specs = [s for s in specs if s.runs_by_default_on(model)]
+    unavailable = {s.name: f"needs the {s.mode} mode, which the {model.family.name} family does not have"
+                   for s in specs if not s.available_on(model)}    # e.g. AR greedy on SDAR, LLaDA, Dream
     check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
-    artefacts, missing = _artefacts(cfg, specs, model, tokenizer)
+    artefacts, missing = _artefacts(cfg, [s for s in specs if s.name not in unavailable], model, tokenizer)
     adapter_model = None
     if cfg.adapter:
         from ..speculative.adapter import load_adapter
@@ -116,8 +119,6 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
               for name, a in artefacts.items() if hasattr(a, "backbone")}
     cache = {} if decode_cache is None else decode_cache
     same = decode_identity(prompts, cfg.precision, cfg.batch_size)
-    unavailable = {s.name: f"needs the {s.mode} mode, which the {model.family.name} family does not have"
-                   for s in specs if not s.available_on(model)}    # e.g. AR greedy on SDAR, LLaDA, Dream
     settings = grid([s for s in specs if s.name not in missing and s.name not in unavailable], cfg.modes,
                     cfg.block_lengths, cfg.thresholds, adapter_model is not None, cfg.real_context_decoders)
 
@@ -167,7 +168,7 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
                 "claims_lossless": spec.lossless}
         try:
             res = decode(st)
-        except DecodeError as e:
+        except (DecodeError, FamilyError) as e:      # e.g. a self-drafting decoder on a family without that forward
             rows.append({**base, "status": f"not run: {e}"})
             continue
         full = res

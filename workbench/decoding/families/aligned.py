@@ -147,7 +147,7 @@ def fast_dllm_v2_decode(model, prompts: list[list[int]], gen_len: int, block_len
     Args:
         model: a Fast-dLLM v2 adapter (shifted logits, block-causal commits).
         prompts, gen_len, block_length, precision: as :func:`sdar_decode`.
-        sub_block: ``small_block_size`` (8); must divide ``S``.
+        sub_block: ``small_block_size`` (8); must divide ``S`` (a block shorter than it is one sub-block).
         threshold: the unmasking threshold (``eval.py``'s 0.9; 1.0 gives one token per forward).
 
     Raises :class:`~workbench.decoding.base.DecodeError` for another block length or a sub-block that does not
@@ -156,6 +156,7 @@ def fast_dllm_v2_decode(model, prompts: list[list[int]], gen_len: int, block_len
     """
     s = _family_block(model, block_length, "fast_dllm_v2")
     check_lengths(model, prompts, gen_len)
+    sub_block = min(int(sub_block), s)                    # a block shorter than a sub-block is one sub-block
     if sub_block < 1 or s % sub_block:
         raise DecodeError(f"sub-block {sub_block} does not divide the block size {s}")
     m = model.mask_token_id

@@ -55,7 +55,7 @@ class FamilyLM(TriModeLM):
         #: A commit appends causal KV columns that later forwards may read as they are (NLD, I-DLM); False where
         #: the family holds partial blocks back or recomputes (consumers that keep KV columns themselves, such as
         #: SOL's prefix bank, then recompute the prefix through :meth:`extend`).
-        self.causal_prefix = spec.commit_attention == "causal"
+        self.causal_prefix = spec.commit_attention == "causal" and not spec.shift   # shifted: keeps a last logit
 
     @property
     def modes(self) -> frozenset:
