@@ -221,7 +221,7 @@ def test_models_inspect_and_list(checkpoints):
 
 def test_diffusion_gemma_opens_from_its_folder_and_runs_only_its_own_decoder(checkpoints):
     model, tok, meta = load_checkpoint(checkpoints["diffusion_gemma"])
-    assert meta["family"]["family"] == "diffusion_gemma" and model.mask_token_id is None
+    assert meta["family"]["family"] == "diffusion_gemma" and meta["family"]["mask_token_id"] is None
     res = get_policy("diffusion_gemma")(model, PROMPTS, 12, max_denoising_steps=3)
     assert [len(t) for t in res.tokens] == [12, 12] and all(1 <= f <= 6 for f in res.forwards)
     with pytest.raises(DecodeError, match="denoises mask tokens, which the diffusion_gemma family does not have.*"

@@ -56,7 +56,7 @@ def test_every_command_runs_on_the_family(root, family, capsys):
         assert {"ar_greedy", "isd"} <= ran
     else:
         why = lb.loc[lb["decoder"] == "ar_greedy", "status"].iloc[0]
-        assert why == f"not run: needs the ar mode, which the {family} family does not have"
+        assert why.startswith(f"not run: decoder ar_greedy needs the ar mode, which the {family} family does not have")
 
 
 def test_a_sampler_of_another_familys_store_is_refused(root, capsys):
@@ -67,3 +67,20 @@ def test_a_sampler_of_another_familys_store_is_refused(root, capsys):
                str(root / "sdar" / "sampler" / "sampler"), "--gen_len", "8", "--block_length", "4"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "train a sampler on a store collected from this model" in err[0]
+
+
+def test_diffusion_gemma_runs_its_own_decoder_and_refuses_mask_commands_in_one_line(root, capsys):
+    ck = write_family_checkpoint("diffusion_gemma", root / "ck_gemma")
+    assert main(["leaderboard", "--model", str(ck), *SMALL, "--out_dir", str(root / "gemma_lb"), "--progress_bar",
+                 "false", "--device", "cpu", "--sol", "false"]) == 0
+    import pandas as pd
+
+    lb = pd.read_parquet(root / "gemma_lb" / "leaderboard.parquet")
+    assert set(lb.loc[lb["status"] == "ok", "decoder"]) == {"diffusion_gemma"}
+    assert lb.loc[lb["decoder"] == "confidence", "status"].iloc[0].startswith(
+        "not run: decoder confidence denoises mask tokens, which the diffusion_gemma family does not have")
+    capsys.readouterr()
+    assert main(["collect", "--model", str(ck), "--out", str(root / "gemma_store"), "--n_prompts", "2",
+                 "--block_lengths", "[4]", "--progress_bar", "false"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has no mask token" in err[0] and not (root / "gemma_store").exists()

@@ -7,6 +7,7 @@ import torch
 from workbench.decoding.base import DecodeError, left_pad
 from workbench.decoding.families.diffusion_gemma import entropy_bound_decode
 from workbench.model.families.diffusion_gemma import TINY_TEXT, DiffusionGemmaLM, tiny_diffusion_gemma
+from workbench.model.families.spec import FamilyError
 
 LONG = list(range(5, 25))            # 20 tokens: longer than the sliding window (16)
 SHORT = [30, 31, 32]
@@ -109,7 +110,9 @@ def test_canvas_logits_equal_native_decoder_forward(model, padded):
 
 
 def test_extend_grows_cache_and_canvas_logits_does_not(model):
-    assert model.mask_token_id is None and not model.has_mask_token
+    assert not model.has_mask_token
+    with pytest.raises(FamilyError, match="has no mask token"):
+        model.mask_token_id
     assert model.vocab_size == 512 and model.canvas_length == 8
     ids, valid = left_pad([LONG, SHORT], 0, model.device)
     cache = model.new_cache()

@@ -101,14 +101,6 @@ class DecoderSpec:
         family = getattr(getattr(model, "family", None), "name", None)
         return not self.reference_of or family in self.reference_of
 
-    def available_on(self, model) -> bool:
-        """Whether ``model`` has the mode this decoder runs (see :meth:`check_model`)."""
-        try:
-            self.check_model(model)
-        except DecodeError:
-            return False
-        return True
-
     def check_model(self, model) -> None:
         """Raise :class:`DecodeError` (one line) when ``model`` lacks the mode this decoder runs (a released
         diffusion LM without an AR mode given an AR or speculative decoder, an AR checkpoint without a mask token

@@ -191,7 +191,7 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
     """
     cfg.validate()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    ws = whitespace_ids(tokenizer, model.backbone.config.vocab_size)
+    ws = whitespace_ids(tokenizer, model.vocab_size)
     rows = []
     has_ar = "ar" in getattr(model, "modes", ("ar",))
     runs = default_runs(cfg, has_ar) if runs is None else runs

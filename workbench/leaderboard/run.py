@@ -98,8 +98,12 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
                          "(decoding.base.cast_for_precision); the model given has " + str(model.mask_dtype))
     if not cfg.decoders:                          # a family's own decoders run on that family's models only
         specs = [s for s in specs if s.runs_by_default_on(model)]
-    unavailable = {s.name: f"needs the {s.mode} mode, which the {model.family.name} family does not have"
-                   for s in specs if not s.available_on(model)}    # e.g. AR greedy on SDAR, LLaDA, Dream
+    unavailable = {}                              # e.g. AR greedy on SDAR, LLaDA, Dream: the one-line reason
+    for s in specs:
+        try:
+            s.check_model(model)
+        except DecodeError as e:
+            unavailable[s.name] = str(e)
     check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
     artefacts, missing = _artefacts(cfg, [s for s in specs if s.name not in unavailable], model, tokenizer)
     adapter_model = None
@@ -112,7 +116,7 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
                            cfg.gen_len, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     eos = tokenizer.eos_token_id
-    ws = whitespace_ids(tokenizer, model.backbone.config.vocab_size)
+    ws = whitespace_ids(tokenizer, model.vocab_size)
     target_params = sum(p.numel() for p in model.backbone.parameters())
     # each decoder's drafter (DEER's, SimSD's) as a share of the target's parameters; 0 without one
     ratios = {name: sum(p.numel() for p in a.backbone.parameters()) / target_params

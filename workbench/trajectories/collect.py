@@ -449,7 +449,7 @@ def store_attrs(cfg: CollectConfig, model, tok, categories: list[str]) -> dict:
             "n_prompts": cfg.n_prompts, "prompts_per_file": cfg.prompts_per_file,
             "blocks_per_prompt": cfg.blocks_per_prompt, "context_len": cfg.context_len, "context_layout": CONTEXT_LAYOUT,
             "batch_size": cfg.batch_size, "precision": cfg.precision,
-            "vocab_size": int(model.backbone.config.vocab_size), "mask_token_id": int(model.mask_token_id),
+            "mask_token_id": int(model.mask_token_id), "vocab_size": int(model.vocab_size),
             "model": cfg.model, **model_family(model)}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 from ..registry import DecoderSpec, register_decoder
-from ..base import check_threshold
+from ..base import DecodeError, check_threshold
 from ..diffusion import diffusion_decode
 from ..rules import confidence_rule
 from .aligned import fast_dllm_v2_decode, sdar_decode
@@ -23,9 +23,11 @@ for _alg in ALGORITHMS:
                                  description=f"Dream's diffusion_generate, {_alg} ordering (Dream generation_utils.py)"))
 
 
-def _diffusion_gemma(model, prompts, gen_len, block_length=None, threshold=None, **kw):
+def _diffusion_gemma(model, prompts, gen_len, block_length=None, threshold=None, real_continuation=None, **kw):
     """:func:`~.diffusion_gemma.entropy_bound_decode` under the registry's call (its canvas length is the model's;
-    ``block_length`` and ``threshold`` of the leaderboard's grid do not apply)."""
+    ``block_length`` and ``threshold`` of the leaderboard's grid do not apply). Free-running only."""
+    if real_continuation is not None:
+        raise DecodeError("the diffusion_gemma decoder has no real-context mode (its canvases follow its own output)")
     return entropy_bound_decode(model, prompts, gen_len, **kw)
 
 

@@ -11,7 +11,7 @@ The model is an encoder-decoder over one shared weight stack (``model.encoder.la
   self-conditioning signal made from the previous step's logits (:meth:`DiffusionGemmaLM.canvas_logits`).
 
 There is **no mask token**: undecided canvas positions hold tokens drawn uniformly from the vocabulary
-(``mask_token_id`` is ``None``), so the workbench's mask-based decoders do not apply; DiffusionGemma's own sampler is
+(:attr:`has_mask_token` is False), so the workbench's mask-based decoders do not apply; DiffusionGemma's own sampler is
 :func:`workbench.decoding.families.diffusion_gemma.entropy_bound_decode`.
 
 Encoder logits (what :meth:`DiffusionGemmaLM.extend` returns). transformers never applies ``lm_head`` to the
@@ -70,9 +70,15 @@ class DiffusionGemmaLM(nn.Module):
 
     # ------------------------------------------------------------------ properties
     @property
-    def mask_token_id(self) -> None:
-        """``None``: DiffusionGemma has no mask token; undecided canvas positions hold uniform random tokens."""
-        return None
+    def mask_token_id(self) -> int:
+        """DiffusionGemma has no mask token (undecided canvas positions hold uniform random tokens): raises
+        :class:`~workbench.model.families.spec.FamilyError` (one line) naming its own decoder, so a command built
+        on mask tokens (collect, SOL, the mask-based decoders) stops with that line. Test :attr:`has_mask_token`."""
+        from .spec import FamilyError
+
+        raise FamilyError("the diffusion_gemma family has no mask token (its open positions hold random tokens), so "
+                          "mask-based commands and decoders do not apply to it; decode with its own decoder "
+                          "(--policy diffusion_gemma; the leaderboard runs it)")
 
     @property
     def has_mask_token(self) -> bool:
