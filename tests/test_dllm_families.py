@@ -227,3 +227,27 @@ def test_diffusion_gemma_opens_from_its_folder_and_runs_only_its_own_decoder(che
     with pytest.raises(DecodeError, match="denoises mask tokens, which the diffusion_gemma family does not have.*"
                                           "use its own decoder: diffusion_gemma"):
         get_policy("confidence")(model, PROMPTS, 8, block_length=4)
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_the_prefix_cache_is_an_explicit_approximation(checkpoints, family):
+    """Fast-dLLM v1's prefix cache: a block's first forward is the exact one; later forwards reuse the prefix's keys
+    from it (computed when the block was all masks), so they differ from the exact recompute."""
+    model, _, _ = load_checkpoint(checkpoints[family])
+    m = model.mask_token_id
+    prompt = torch.tensor([PROMPTS[0]])
+    valid = torch.ones_like(prompt, dtype=torch.bool)
+    kv = torch.cat([valid, torch.ones(1, 4, dtype=torch.bool)], 1)
+    first, later = torch.full((1, 4), m), torch.tensor([[m, 70, m, 71]])
+    outs = {}
+    for approx in (False, True):
+        cache = model.new_cache()
+        model.extend(prompt, cache, valid)
+        with torch.no_grad(), (model.approximate_prefix_cache() if approx else torch.enable_grad()):
+            outs[approx] = [model.diffusion_logits(x, cache, kv, future_masks=4) for x in (first, later)]
+    torch.testing.assert_close(outs[True][0], outs[False][0])               # the block's first forward: exact
+    assert (outs[True][1] - outs[False][1]).abs().max() > 1e-4              # then the stale prefix keys show
+    res = get_policy("confidence_prefix_cache")(model, PROMPTS, 8, block_length=4, threshold=0.5, pad_id=256)
+    assert [len(t) for t in res.tokens] == [8, 8]
+    with pytest.raises(DecodeError, match="has an exact cache"):
+        get_policy("confidence_prefix_cache")(load_checkpoint(checkpoints["sdar"])[0], PROMPTS, 8, block_length=4)

@@ -52,6 +52,10 @@ def test_every_command_runs_on_the_family(root, family, capsys):
     own = {"llada": "llada", "dream": "dream_maskgit_plus", "sdar": "sdar", "fast_dllm_v2": "fast_dllm_v2",
            "nld": "nld_ar_seeded", "idlm": None}[family]
     assert own is None or own in ran                                 # the family's own decoder is on its board
+    if family in ("llada", "dream"):                                 # the prefix cache: its own row, vs the exact
+        approx = lb[(lb["decoder"] == "confidence_prefix_cache") & (lb["status"] == "ok")]
+        assert len(approx) and approx["agree_exact"].between(0, 1).all()
+        assert lb.loc[lb["decoder"] == "confidence", "agree_exact"].isna().all()
     if family in ("nld", "idlm"):
         assert {"ar_greedy", "isd"} <= ran
     else:

@@ -60,6 +60,8 @@ class DecoderSpec:
             family without it (:attr:`~workbench.model.families.adapters.FamilyLM.modes`) is refused in one line.
         reference_of: the released model families (:mod:`workbench.model.families`) whose authors ship this
             decoder; the default decoder lists (leaderboard, demo) include it only for a model of those families.
+        approximates: the decoder whose exact computation this one approximates (a cache that is not exact); the
+            leaderboard reports their agreement (``agree_exact``).
         description: one line for listings.
     """
 
@@ -81,6 +83,7 @@ class DecoderSpec:
     ablation: bool = False
     needs_mode: str | None = None
     reference_of: tuple[str, ...] = ()
+    approximates: str | None = None
     description: str = ""
 
     def __post_init__(self):

@@ -182,8 +182,10 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
         ar = _ref(results, "ar_greedy", st)
         serial = _ref(results, "serial", st)
         alpha = _introspective(model, prompts, res, st, cfg, pad, spec.temperature)
+        exact = _exact_ref(results, spec.approximates, st)
         rows.append({**base, **row_columns(spec, st.length, res, ar, serial, ws, ratios.get(st.decoder, 0.0)),
-                     "introspective_acceptance": alpha, "status": "ok"})
+                     "introspective_acceptance": alpha, "status": "ok",
+                     "agree_exact": _mean_agreement(res, exact) if exact is not None else math.nan})
     for name, why in [*((n, f"missing: {w}") for n, w in missing.items()),
                       *((n, f"not run: {w}") for n, w in unavailable.items())]:
         spec = get_decoder(name)
@@ -248,6 +250,25 @@ def _ref(results: dict, name: str, st: Setting):
             if name == "serial" and key.length == st.length:
                 return res
     return None
+
+
+def _exact_ref(results: dict, name: str | None, st: Setting):
+    """The decode of ``name`` (the exact decoder an approximate one stands for) in ``st``'s mode, length and
+    threshold, or None."""
+    for key, (res, _) in results.items():
+        if name and key.decoder == name and key.mode == st.mode and key.length == st.length \
+                and key.threshold == st.threshold and not key.adapter:
+            return res
+    return None
+
+
+def _mean_agreement(res, ref) -> float:
+    """Token agreement of ``res`` with ``ref``, weighted by row length (as the leaderboard's ``agree_*``)."""
+    from ..evaluation.metrics import agreement
+
+    pairs = list(zip(res.tokens, ref.tokens))
+    return sum(agreement(a, b) * max(len(a), len(b)) for a, b in pairs) / \
+        max(1, sum(max(len(a), len(b)) for a, b in pairs))
 
 
 def _speedup(df: pd.DataFrame) -> pd.DataFrame:

@@ -56,3 +56,22 @@ register_decoder(DecoderSpec("nld_ar_seeded", _nld_ar_seeded, sweep="block_lengt
                              ceiling="serial", needs_mode="ar", reference_of=("nld",),
                              description="NLD's HF generate_diffusion: each block starts with the AR token, then "
                              "confidence ≥ τ (the all-masks start of vLLM is 'confidence')"))
+
+
+def _confidence_prefix_cache(model, prompts, gen_len, block_length: int, threshold: float = 0.9, **kw):
+    """The ``confidence`` decoder with Fast-dLLM v1's prefix cache: an approximation for the families whose exact
+    path recomputes the whole sequence every forward (LLaDA, Dream)."""
+    approximate = getattr(model, "approximate_prefix_cache", None)
+    if approximate is None:
+        raise DecodeError("confidence_prefix_cache approximates the full recompute of LLaDA and Dream; this model's "
+                          "forward has an exact cache (use confidence)")
+    rule = partial(confidence_rule, threshold=check_threshold(threshold))
+    with approximate():
+        return diffusion_decode(model, prompts, gen_len, block_length, rule, **kw)
+
+
+register_decoder(DecoderSpec("confidence_prefix_cache", _confidence_prefix_cache, sweep="block_length+threshold",
+                             block_commits=True, ceiling="serial", reference_of=("llada", "dream"),
+                             approximates="confidence",
+                             description="confidence ≥ τ with Fast-dLLM v1's prefix cache (approximate: the prefix's "
+                             "keys are computed once per block)"))

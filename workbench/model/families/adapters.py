@@ -29,6 +29,7 @@ the logit of the token before it (the last committed one's, kept at its commit),
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -268,6 +269,11 @@ class IdCache:
     def __init__(self, device):
         self.ids = torch.zeros((0, 0), dtype=torch.long, device=device)
         self.valid = torch.zeros((0, 0), dtype=torch.bool, device=device)
+        #: The approximate prefix cache (:meth:`RecomputeFamilyLM.approximate_prefix_cache`): the prefix's keys and
+        #: values from the block's first forward, the prefix length they hold, and the last prefix position's logit.
+        self.kv = None
+        self.kv_len = -1
+        self.kv_last = None
 
     def get_seq_length(self) -> int:
         """Committed tokens (columns), as ``DynamicCache.get_seq_length``."""
@@ -288,6 +294,20 @@ class RecomputeFamilyLM(FamilyLM):
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.commit_forward = False
+        #: Fast-dLLM v1's prefix cache instead of the exact recompute (see :meth:`approximate_prefix_cache`).
+        self.prefix_cache = False
+
+    @contextlib.contextmanager
+    def approximate_prefix_cache(self):
+        """Within the block, reuse the prefix's keys and values (Fast-dLLM v1's prefix cache, an approximation):
+        the first denoising forward after a commit runs the whole sequence and keeps the prefix's keys and values
+        (computed while the prefix saw that step's block and future masks); the block's later forwards run only
+        ``[block | future masks]`` over them. The exact path (the default) recomputes everything every forward."""
+        old, self.prefix_cache = self.prefix_cache, True
+        try:
+            yield self
+        finally:
+            self.prefix_cache = old
 
     def new_cache(self) -> IdCache:
         """An empty :class:`IdCache`."""
@@ -327,7 +347,20 @@ class RecomputeFamilyLM(FamilyLM):
         if start < 0:
             raise FamilyError("a shifted family predicts block position 0 from the token before it; give a prompt")
         cols = torch.arange(start, start + b, device=block.device)
-        return self.call_backbone(seq, pos, to_additive(allowed, self.mask_dtype), None, logits_to_keep=cols)
+        mask = to_additive(allowed, self.mask_dtype)
+        if not self.prefix_cache:
+            return self.call_backbone(seq, pos, mask, None, logits_to_keep=cols)
+        if cache.kv is None or cache.kv_len != p:                 # the block's first forward: keep the prefix KV
+            kv = TriModeLM.new_cache(self)
+            logits = self.call_backbone(seq, pos, mask, kv, logits_to_keep=cols)
+            kv.crop(-(seq.shape[1] - p))                          # transformers 5: crop(-K) drops the last K
+            cache.kv, cache.kv_len, cache.kv_last = kv, p, logits[:, :1] if self.family.shift else None
+            return logits
+        logits = self.call_backbone(seq[:, p:], pos[:, p:], mask[:, :, p:], cache.kv,
+                                    logits_to_keep=torch.arange(b - (1 if self.family.shift else 0),
+                                                                device=block.device))
+        cache.kv.crop(-(seq.shape[1] - p))
+        return torch.cat([cache.kv_last, logits], 1) if self.family.shift else logits
 
 
 __all__ = ["FamilyLM", "WindowFamilyLM", "CausalFamilyLM", "BlockCausalFamilyLM", "RecomputeFamilyLM", "IdCache"]
