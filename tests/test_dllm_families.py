@@ -251,3 +251,12 @@ def test_the_prefix_cache_is_an_explicit_approximation(checkpoints, family):
     assert [len(t) for t in res.tokens] == [8, 8]
     with pytest.raises(DecodeError, match="has an exact cache"):
         get_policy("confidence_prefix_cache")(load_checkpoint(checkpoints["sdar"])[0], PROMPTS, 8, block_length=4)
+
+
+def test_a_family_can_be_forced_on_a_folder(checkpoints):
+    """I-DLM ships in SDAR's format: ``idlm:<folder>`` opens an SDAR-format folder with I-DLM's semantics."""
+    from workbench.model.load import load_model
+
+    model, _, meta = load_model(f"idlm:{checkpoints['sdar']}")
+    assert meta["family"]["family"] == "idlm" and meta["family"]["model_type"] == "sdar" and "ar" in model.modes
+    assert load_model(str(checkpoints["sdar"]))[2]["family"]["family"] == "sdar"

@@ -83,11 +83,18 @@ class DiffuSpecEvalConfig(SearchKnobs):
 
 
 def load_drafter(spec: str, model, tok):
-    """``(drafter, kind, sep_id)`` for ``'self'`` or a DEER drafter directory (checked against the target's
-    tokenizer; raises :class:`~workbench.deer.models.TokenizerMismatchError` naming both vocabulary sizes)."""
+    """``(drafter, kind, sep_id)`` for ``'self'``, a released diffusion LM's checkpoint folder (DiffuSpec's own
+    setting: Dream-7B drafting for Qwen2.5; :func:`~workbench.model.load.load_released_drafter`) or a DEER drafter
+    directory (checked against the target's tokenizer; raises :class:`~workbench.deer.models.TokenizerMismatchError`
+    naming both vocabulary sizes)."""
     if spec == "self":
         _ = model.mask_token_id                 # raises a one-line TokenizerError for a plain AR model
         return model, "trimode", None
+    from ..model.load import load_released_drafter
+
+    released = load_released_drafter(spec, model, tok)
+    if released is not None:
+        return released, "trimode", None
     from ..deer.models import load_drafter as load_deer
 
     d = load_deer(spec, model, tok)

@@ -65,12 +65,27 @@ def attach_adapter(model, tok, adapter_dir, trainable: bool = False):
     return out, tok
 
 
+def family_prefix(spec: str) -> tuple[str | None, str]:
+    """Split ``<family>:<folder>`` (a registered family forced on a checkpoint folder, e.g. ``idlm:/ckpt/I-DLM-8B``
+    whose config says ``sdar``) into ``(family, folder)``; any other value gives ``(None, spec)``."""
+    head, sep, rest = spec.partition(":")
+    if sep and head and rest:
+        from .families import builtin  # noqa: F401  (registers the built-in families)
+        from .families.spec import FAMILIES
+
+        if head in FAMILIES:
+            return head, rest
+    return None, spec
+
+
 def load_model(spec: str, device="cpu", add_mask_token: bool = False, dtype: torch.dtype = torch.float32,
                trainable_adapter: bool = False):
     """Load ``spec`` → ``(TriModeLM, tokenizer, workbench_meta)``.
 
     ``spec``: ``tiny`` / ``builtin:tiny`` (shipped), a named real model (``smollm2-135m``, fetched into the cache
-    on first use), a named base + shipped gated adapter (``smollm2-135m-trimode``), a checkpoint directory, or a
+    on first use), a named base + shipped gated adapter (``smollm2-135m-trimode``), a checkpoint directory (a
+    released diffusion LM's is opened by its family, :mod:`workbench.model.families`; ``<family>:<folder>`` forces
+    one), or a
     gated-adapter folder (a ``workbench train lm`` run's ``model/``, loaded on the base its ``workbench.json``
     names).
     ``trainable_adapter``: load a gated adapter in its training form (peft layers, gradients on its LoRA
@@ -79,13 +94,42 @@ def load_model(spec: str, device="cpu", add_mask_token: bool = False, dtype: tor
     """
     from .named import resolve
 
-    path, adapter = resolve(str(spec))
+    family, spec = family_prefix(str(spec))
+    path, adapter = resolve(spec)
     model, tok, meta = load_checkpoint(path, add_mask_token=add_mask_token and adapter is None, device=device,
-                                       dtype=dtype)
+                                       dtype=dtype, family=family)
     if adapter is not None:
         model, tok = attach_adapter(model, tok, adapter, trainable=trainable_adapter)
         meta = {**meta, "adapter": str(adapter), "adapter_meta": read_workbench_json(adapter)}
     return model, tok, meta
 
 
-__all__ = ["load_model", "resolve_device", "attach_adapter", "AdapterMismatchError"]
+def load_released_drafter(spec: str, target, target_tokenizer):
+    """A released diffusion LM (:mod:`workbench.model.families`) loaded as a drafter for ``target``, or ``None`` when
+    ``spec`` is not one (a folder whose ``config.json`` names a registered family, or ``<family>:<folder>``).
+
+    The drafter must speak the target's tokenizer: every token of the target's vocabulary has the same id in the
+    drafter's (the drafter may add tokens, as Dream adds its mask token to Qwen2.5's vocabulary), and both have
+    logits of the same width. Raises :class:`AdapterMismatchError` (one line) otherwise."""
+    from pathlib import Path
+
+    from .families.load import read_config
+    from .families.spec import family_of_config
+
+    family, folder = family_prefix(spec)
+    if family is None:
+        if not (Path(folder) / "config.json").is_file() or family_of_config(read_config(folder), folder) is None:
+            return None
+    drafter, dtok, _ = load_model(spec, target.device)
+    want, got = target_tokenizer.get_vocab(), dtok.get_vocab()
+    foreign = next((t for t, i in want.items() if got.get(t) != i), None)
+    if foreign is not None or drafter.vocab_size != target.vocab_size:
+        why = (f"token {foreign!r} is id {want[foreign]} in the target but {got.get(foreign)} in the drafter"
+               if foreign is not None else f"logits of {drafter.vocab_size} vs {target.vocab_size} tokens")
+        raise AdapterMismatchError(f"the drafter {spec} does not speak the target's tokenizer ({why}); use a drafter "
+                                   "of the target's tokenizer")
+    return drafter
+
+
+__all__ = ["load_released_drafter", "family_prefix", "load_model", "resolve_device", "attach_adapter",
+           "AdapterMismatchError"]

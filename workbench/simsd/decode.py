@@ -121,6 +121,11 @@ def simsd_decode(target, drafter, prompts: list[list[int]], gen_len: int, block_
     """
     check_sampling(temperature, top_k, top_p)
     check_lengths(target, prompts, gen_len, block_length)
+    family = getattr(target, "family", None)
+    if family is not None and family.diffusion_attention != "window":
+        raise DecodeError(f"SimSD's verification forward reads the block bidirectionally over a causal KV prefix (the "
+                          f"tri-mode models, NLD); the {family.name} family's forward is "
+                          f"{family.diffusion_attention}-attention, which that layout does not reproduce yet")
     vt, vd = target.vocab_size, drafter.vocab_size
     if vt != vd:
         raise DecodeError(f"drafter and target vocabularies differ ({vd} vs {vt} logits); SimSD needs one tokenizer")

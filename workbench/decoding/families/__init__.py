@@ -20,7 +20,8 @@ register_decoder(DecoderSpec("llada", llada_decode, sweep="block_length", block_
 for _alg in ALGORITHMS:
     register_decoder(DecoderSpec(f"dream_{_alg}", partial(dream_decode, alg=_alg), ceiling="serial", real_context=False,
                                  reference_of=("dream",),
-                                 description=f"Dream's diffusion_generate, {_alg} ordering (Dream generation_utils.py)"))
+                                 description=f"Dream's diffusion_generate, {_alg} ordering "
+                                 "(Dream generation_utils.py)"))
 
 
 def _diffusion_gemma(model, prompts, gen_len, block_length=None, threshold=None, real_continuation=None, **kw):
@@ -73,5 +74,6 @@ def _confidence_prefix_cache(model, prompts, gen_len, block_length: int, thresho
 register_decoder(DecoderSpec("confidence_prefix_cache", _confidence_prefix_cache, sweep="block_length+threshold",
                              block_commits=True, ceiling="serial", reference_of=("llada", "dream"),
                              approximates="confidence",
-                             description="confidence ≥ τ with Fast-dLLM v1's prefix cache (approximate: the prefix's "
+                             description="confidence ≥ τ with Fast-dLLM v1's prefix cache (approximate: the "
+                             "prefix's "
                              "keys are computed once per block)"))

@@ -89,10 +89,12 @@ NLD_INVERSE = ((r"^model\.", "encoder."), (r"^lm_head\.", "diffusion_head."))
 
 NLD = register_family(FamilySpec(
     name="nld", model_types=("nemotron_labs_diffusion", "ministral_dlm"), backbone="ministral3",
-    adapter=WindowFamilyLM, key_renames=NLD_RENAMES, inverse_renames=NLD_INVERSE, config_map=_passthrough, default_block=32,
+    adapter=WindowFamilyLM, key_renames=NLD_RENAMES, inverse_renames=NLD_INVERSE, config_map=_passthrough,
+    default_block=32,
     diffusion_attention="window", commit_attention="causal", modes=frozenset({"diffusion", "ar"}),
     reference="vLLM vllm/model_executor/models/nemotron_dllm.py; NLD remote code generate_with_prefix_cache_block_diff",
-    description="Nemotron-Labs-Diffusion 3B/8B/14B (Ministral3; block 32; causal prefix, block bidirectional, AR mode)"))
+    description="Nemotron-Labs-Diffusion 3B/8B/14B (Ministral3; block 32; causal prefix, block bidirectional, "
+                "AR mode)"))
 
 SDAR = register_family(FamilySpec(
     name="sdar", model_types=("sdar",), backbone="qwen3", adapter=BlockCausalFamilyLM, config_map=_passthrough,
@@ -102,7 +104,8 @@ SDAR = register_family(FamilySpec(
 
 LLADA = register_family(FamilySpec(
     name="llada", model_types=("llada",), backbone="llama", adapter=RecomputeFamilyLM, key_renames=LLADA_RENAMES,
-    inverse_renames=LLADA_INVERSE, config_map=_llada_config, inverse_config=_llada_inverse, block_field=None, diffusion_attention="full",
+    inverse_renames=LLADA_INVERSE, config_map=_llada_config, inverse_config=_llada_inverse, block_field=None,
+    diffusion_attention="full",
     commit_attention=None, reference="ML-GSAI/LLaDA generate.py; modeling_llada.py",
     description="LLaDA-8B (Llama with renamed weights; fully bidirectional, no KV cache)"))
 
@@ -114,14 +117,15 @@ DREAM = register_family(FamilySpec(
 
 FAST_DLLM_V2 = register_family(FamilySpec(
     name="fast_dllm_v2", model_types=("Fast_dLLM_Qwen",), backbone="qwen2", adapter=BlockCausalFamilyLM,
-    config_map=_passthrough, mask_field=None, mask_token="|<MASK>|", block_field="bd_size", default_block=32, diffusion_attention="block_causal",
+    config_map=_passthrough, mask_field=None, mask_token="|<MASK>|", block_field="bd_size", default_block=32,
+    diffusion_attention="block_causal",
     commit_attention="block_causal", shift=True, aligned=True,
     reference=("NVlabs/Fast-dLLM v2/ (modeling + generate; the mask id 151665 is the token |<MASK>|, not a "
                "config field)"),
     description="Fast-dLLM v2 (Qwen2; block-causal at absolute positions, bd_size 32, shifted logits)"))
 
 IDLM = register_family(FamilySpec(
-    name="idlm", model_types=(), backbone="qwen3", adapter=CausalFamilyLM, config_map=_passthrough,
+    name="idlm", model_types=(), backbone="qwen3", adapter=CausalFamilyLM, config_map=_passthrough, block_field=None,
     diffusion_attention="causal", commit_attention="causal", shift=True, modes=frozenset({"diffusion", "ar"}),
     matches=lambda raw: raw.get("model_type") == "sdar" and raw.get("block_size") == 1,
     reference="I-DLM (SDAR format, converted Qwen3): strictly causal, shifted; SGLang IDLMBlockN",

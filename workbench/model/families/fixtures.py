@@ -91,7 +91,7 @@ def write_family_checkpoint(family: str, out: str | Path, seed: int = 0, vocab_s
     if spec.mask_field:
         raw[spec.mask_field] = mask_id
     if spec.block_field:
-        raw[spec.block_field] = block_size or spec.default_block or (1 if family == "idlm" else 4)
+        raw[spec.block_field] = block_size or spec.default_block or 4
     if family == "idlm":
         raw["block_size"] = 1
     (out / "config.json").write_text(json.dumps(raw, indent=2, sort_keys=True, default=str) + "\n")

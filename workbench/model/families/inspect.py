@@ -44,7 +44,8 @@ def describe(path: str | Path, family: str | None = None) -> list[str]:
     lines += [f"mask id:     {mask if mask is not None else 'none (open positions hold random tokens)'}",
               f"block size:  {block if block is not None else 'any'}",
               f"modes:       {', '.join(sorted(spec.modes))}",
-              f"attention:   denoising {spec.diffusion_attention}; commit {spec.commit_attention or 'none (recomputed)'}",
+              f"attention:   denoising {spec.diffusion_attention}; "
+              f"commit {spec.commit_attention or 'none (recomputed)'}",
               f"logits:      {'shifted (position i predicts i + 1)' if spec.shift else 'unshifted'}; "
               f"blocks {'at absolute positions' if spec.aligned else 'from the prompt end'}; "
               f"KV cache {'exact' if spec.exact_cache else 'none in the reference (full recompute)'}",

@@ -48,7 +48,8 @@ def checkpoint_keys(path: str | Path) -> list[str]:
         with safe_open(str(single), framework="pt") as f:
             return sorted(f.keys())
     except Exception as e:  # noqa: BLE001 - a truncated or foreign file, in one line
-        raise FamilyError(f"{single} is not a readable safetensors file ({type(e).__name__}: {e}); restore it") from None
+        raise FamilyError(f"{single} is not a readable safetensors file ({type(e).__name__}: {e}); "
+                          "restore it") from None
 
 
 def backbone_config(spec: FamilySpec, raw: dict):

@@ -186,5 +186,5 @@ def get_family(name: str) -> FamilySpec:
     return FAMILIES[name]
 
 
-__all__ = ["rename_key", "ATTENTIONS", "MODES", "FAMILIES", "FamilySpec", "FamilyError", "register_family", "get_family",
-           "family_of_config", "registered_model_types"]
+__all__ = ["rename_key", "ATTENTIONS", "MODES", "FAMILIES", "FamilySpec", "FamilyError", "register_family",
+           "get_family", "family_of_config", "registered_model_types"]

@@ -1,0 +1,67 @@
+"""The drafting papers' own settings with released diffusion LMs (issue 57 §4): DiffuSpec drafts with a released
+dLLM for an AR target of the same tokenizer (its paper: Dream-7B for Qwen2.5), losslessly at temperature 0; a
+drafter of another tokenizer is refused in one line."""
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from conftest import bpe_tokenizer
+from workbench.decoding import get_policy
+from workbench.diffuspec.decode import DiffuSpecConfig, diffuspec_decode
+from workbench.diffuspec.evaluate import load_drafter
+from workbench.model.families.fixtures import fixture_tokenizer, write_family_checkpoint
+from workbench.model.io import load_checkpoint
+from workbench.model.load import AdapterMismatchError
+
+PROMPTS = [[72, 101, 108, 108, 111, 32, 119], [100, 101, 102, 32, 102]]
+
+
+def _ar_target(path, tok, vocab):
+    cfg = AutoConfig.for_model("qwen2", vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                               eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
+    torch.manual_seed(1)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("drafting")
+    dream = write_family_checkpoint("dream", root / "dream")
+    target = _ar_target(root / "target", fixture_tokenizer("<|mask|>"), 264)
+    other = _ar_target(root / "other", bpe_tokenizer(), 320)
+    return dream, target, other
+
+
+def test_diffuspec_drafts_with_a_released_dllm_losslessly(folders):
+    dream, target_dir, _ = folders
+    target, tok, _ = load_checkpoint(target_dir)
+    drafter, kind, sep = load_drafter(str(dream), target, tok)
+    assert kind == "trimode" and drafter.family.name == "dream" and drafter is not target
+    res = diffuspec_decode(target, drafter, PROMPTS, 12, DiffuSpecConfig(cps=False, adl=False, k_fixed=4),
+                           drafter_kind=kind, sep_id=sep)
+    ar = get_policy("ar_greedy")(target, PROMPTS, 12, pad_id=256)
+    assert res.tokens == ar.tokens                                    # lossless: greedy verification
+    assert res.forwards[0] > 0                                        # the drafter drafted
+
+
+def test_a_drafter_of_another_tokenizer_is_refused(folders):
+    dream, _, other_dir = folders
+    target, tok, _ = load_checkpoint(other_dir)
+    with pytest.raises(AdapterMismatchError, match=r"does not speak the target's tokenizer \(token .+ is id \d+ in "
+                                                   r"the target but .+ in the drafter\)"):
+        load_drafter(str(dream), target, tok)
+
+
+def test_simsd_refuses_a_target_whose_forward_its_layout_does_not_reproduce(tmp_path):
+    """SimSD's verification layout (the block read bidirectionally over a causal KV prefix, with a temporal mask)
+    is NLD's semantics; an SDAR target (block-causal at absolute positions) is refused in one line, not run
+    silently under the wrong attention."""
+    from workbench.decoding.base import DecodeError
+    from workbench.simsd.decode import simsd_decode
+
+    sdar, _, _ = load_checkpoint(write_family_checkpoint("sdar", tmp_path / "sdar", block_size=4))
+    with pytest.raises(DecodeError, match="the sdar family's forward is block_causal-attention"):
+        simsd_decode(sdar, sdar, PROMPTS, 8, block_length=4)
