@@ -260,3 +260,28 @@ def test_a_family_can_be_forced_on_a_folder(checkpoints):
     model, _, meta = load_model(f"idlm:{checkpoints['sdar']}")
     assert meta["family"]["family"] == "idlm" and meta["family"]["model_type"] == "sdar" and "ar" in model.modes
     assert load_model(str(checkpoints["sdar"]))[2]["family"]["family"] == "sdar"
+
+
+def test_sharded_checkpoints_and_bf16_open(checkpoints, tmp_path):
+    """A checkpoint sharded with a safetensors index (as the 3–14 B releases ship) opens strictly, in bf16 too."""
+    from safetensors.torch import load_file, save_file
+
+    src = checkpoints["llada"]
+    d = tmp_path / "sharded"
+    shutil.copytree(src, d)
+    (d / "model.safetensors").unlink()
+    state = load_file(str(src / "model.safetensors"))
+    keys = sorted(state)
+    shards = {"model-00001-of-00002.safetensors": keys[::2], "model-00002-of-00002.safetensors": keys[1::2]}
+    for name, ks in shards.items():
+        save_file({k: state[k] for k in ks}, str(d / name), metadata={"format": "pt"})
+    (d / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: n for n, ks in shards.items() for k in ks}}))
+    a, _, _ = load_checkpoint(src)
+    b, _, _ = load_checkpoint(d)
+    for (ka, va), (kb, vb) in zip(sorted(a.backbone.state_dict().items()), sorted(b.backbone.state_dict().items())):
+        assert ka == kb and torch.equal(va, vb)
+    half, _, _ = load_checkpoint(d, dtype=torch.bfloat16)
+    assert half.mask_dtype == torch.bfloat16
+    res = get_policy("confidence")(half, PROMPTS, 8, block_length=4, threshold=0.5, pad_id=256)
+    assert [len(t) for t in res.tokens] == [8, 8]

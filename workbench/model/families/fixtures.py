@@ -69,9 +69,10 @@ def write_family_checkpoint(family: str, out: str | Path, seed: int = 0, vocab_s
     if spec.backbone in ("qwen3", "ministral3"):
         fields.setdefault("head_dim", fields["hidden_size"] // fields["num_attention_heads"])
     if spec.backbone == "ministral3":
-        fields["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0,
-                                     "original_max_position_embeddings": 256, "beta_fast": 32.0, "beta_slow": 1.0,
-                                     "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}
+        fields["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0,   # NLD's YaRN
+                                     "original_max_position_embeddings": fields["max_position_embeddings"] // 16,
+                                     "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                     "llama_4_scaling_beta": 0.1}
     cfg = AutoConfig.for_model(spec.backbone, **fields)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg).to(dtype)
