@@ -56,12 +56,11 @@ def test_a_drafter_of_another_tokenizer_is_refused(folders):
 
 
 def test_simsd_refuses_a_target_whose_forward_its_layout_does_not_reproduce(tmp_path):
-    """SimSD's verification layout (the block read bidirectionally over a causal KV prefix, with a temporal mask)
-    is NLD's semantics; an SDAR target (block-causal at absolute positions) is refused in one line, not run
-    silently under the wrong attention."""
+    """SimSD's paired verification layout reproduces NLD's and SDAR's forwards (tests/test_simsd_sdar.py); a shifted
+    block-causal target (Fast-dLLM v2) is refused in one line, not run silently under the wrong alignment."""
     from workbench.decoding.base import DecodeError
     from workbench.simsd.decode import simsd_decode
 
-    sdar, _, _ = load_checkpoint(write_family_checkpoint("sdar", tmp_path / "sdar", block_size=4))
-    with pytest.raises(DecodeError, match="the sdar family's forward is block_causal-attention"):
-        simsd_decode(sdar, sdar, PROMPTS, 8, block_length=4)
+    fast, _, _ = load_checkpoint(write_family_checkpoint("fast_dllm_v2", tmp_path / "fast", block_size=4))
+    with pytest.raises(DecodeError, match="the fast_dllm_v2 family's forward is block_causal-attention"):
+        simsd_decode(fast, fast, PROMPTS, 8, block_length=4)

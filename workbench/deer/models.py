@@ -3,10 +3,15 @@
 * target: any causal LM loaded as a :class:`~workbench.model.trimode.TriModeLM` and used in AR mode only
   (``builtin:tiny`` by default, or a ``save_pretrained`` checkpoint directory);
 * drafter: a :class:`~workbench.model.trimode.TriModeLM` built fresh from a small preset
-  (``deer_drafter`` by default) with the target's tokenizer, or loaded from any tri-mode checkpoint.
+  (``deer_drafter`` by default) with the target's tokenizer, loaded from any tri-mode checkpoint, or started
+  from a released diffusion LM (:func:`released_family`; the paper starts its code drafter from Open-dCoder-0.5B,
+  a released dLLM, deer.txt §4 and App. B).
 
 Drafter and target must share one tokenizer: draft token ids are fed to the target unchanged, so
-:func:`check_shared_tokenizer` compares the full vocabularies (token → id) and the special ids.
+:func:`check_shared_tokenizer` compares the full vocabularies (token → id) and the special ids. A drafter started
+from a released dLLM keeps that checkpoint's tokenizer, mask token and built-in class; its tokenizer must hold
+every token of the target's at the same id and may add its own (mask, separator), and both models' logits must
+have one width (:func:`check_speaks_target`).
 """
 from __future__ import annotations
 
@@ -19,6 +24,10 @@ from ..tokenizer import TokenizerError
 
 #: Special tokens whose ids must agree between drafter and target.
 SPECIALS = ("mask_token_id", "sep_token_id", "eos_token_id", "pad_token_id")
+#: ``workbench.json`` key of a DEER drafter trained from a released diffusion LM: that dLLM's family name.
+RELEASED_KEY = "released_family"
+#: Separator of a released dLLM's drafter whose tokenizer (and the target's) has none (as :mod:`.shared`'s).
+DEFAULT_SEP = "<|im_start|>"
 
 
 class TokenizerMismatchError(TokenizerError):
@@ -45,6 +54,110 @@ def check_shared_tokenizer(target_tok: PreTrainedTokenizerBase, drafter_tok: Pre
     for name in ("mask_token_id", "sep_token_id"):
         if getattr(drafter_tok, name) is None:
             raise TokenizerMismatchError(f"the shared tokenizer has no {name[:-9]} token; DEER needs [MASK] and [SEP]")
+
+
+def check_speaks_target(target: TriModeLM, target_tok: PreTrainedTokenizerBase, drafter: TriModeLM,
+                        drafter_tok: PreTrainedTokenizerBase, what: str) -> None:
+    """Raise :class:`TokenizerMismatchError` (one line) unless every token of the target's vocabulary has the same
+    id in the drafter's (the drafter may add tokens: its mask, a separator) and both models' logits have one width.
+    ``what``: the drafter, for the message."""
+    want, got = target_tok.get_vocab(), drafter_tok.get_vocab()
+    foreign = next((t for t, i in sorted(want.items(), key=lambda kv: kv[1]) if got.get(t) != i), None)
+    if foreign is not None:
+        raise TokenizerMismatchError(f"the drafter {what} does not speak the target's tokenizer (token {foreign!r} is "
+                                     f"id {want[foreign]} in the target but {got.get(foreign)} in the drafter); "
+                                     "start from a dLLM of the target's tokenizer")
+    check_vocab_sizes(target, drafter)
+
+
+def serves_deer(spec) -> bool:
+    """True when the released family ``spec``'s denoising forward is DEER's drafter forward
+    (:mod:`workbench.deer.attention`): a built-in backbone, a mask token, the block bidirectional over a causal KV
+    prefix and itself (``window``, commits ``causal``), unshifted logits, blocks not tied to absolute positions."""
+    return (spec.backbone is not None and bool(spec.mask_field or spec.mask_token)
+            and spec.diffusion_attention == "window" and spec.commit_attention == "causal" and not spec.shift
+            and not spec.aligned)
+
+
+def _forward_of(spec) -> str:
+    """What ``spec``'s forward does that DEER's drafter forward does not, in words."""
+    parts = []
+    if spec.backbone is None:
+        parts.append("its own native class")
+    if not (spec.mask_field or spec.mask_token):
+        parts.append("no mask token")
+    if spec.diffusion_attention != "window":
+        parts.append({"full": "full bidirectional attention over the whole sequence",
+                      "block_causal": "block-causal attention at absolute positions",
+                      "causal": "causal attention (masks are look-ahead slots)"}[spec.diffusion_attention])
+    if spec.commit_attention is None:
+        parts.append("no KV cache")
+    elif spec.aligned and spec.diffusion_attention == "window":
+        parts.append("blocks at absolute positions")
+    if spec.shift:
+        parts.append("shifted logits")
+    return ", ".join(parts)
+
+
+def released_family(spec: str | None):
+    """The :class:`~workbench.model.families.spec.FamilySpec` of ``spec`` when it is a released diffusion LM (a
+    folder whose ``config.json`` names a registered family, or ``<family>:<folder>``), else ``None`` (a tri-mode
+    checkpoint, ``builtin:<name>``, a named model, a missing path). Reads only ``config.json``.
+
+    Raises :class:`~workbench.model.families.spec.FamilyError` (one line, naming the family) for a family whose
+    forward cannot serve DEER's drafter (:func:`serves_deer`): DEER's drafter attends causally to the verified prefix
+    (a KV cache) and bidirectionally to ``[SEP, masks]``, unshifted, which is NLD's window attention; SDAR and
+    Fast-dLLM v2 (block-causal at absolute positions), LLaDA and Dream (full attention, no KV cache), I-DLM (causal,
+    shifted) and DiffusionGemma (no mask token) are refused."""
+    from pathlib import Path
+
+    from ..model.families.load import read_config
+    from ..model.families.spec import FAMILIES, FamilyError, family_of_config
+    from ..model.load import family_prefix
+
+    if not spec:
+        return None
+    name, folder = family_prefix(str(spec))
+    if name is not None:
+        fam = FAMILIES[name]
+    elif (Path(folder) / "config.json").is_file():
+        fam = family_of_config(read_config(folder), folder)
+    else:
+        return None
+    if fam is not None and not serves_deer(fam):
+        able = ", ".join(sorted(s.name for s in FAMILIES.values() if serves_deer(s)))
+        raise FamilyError(f"a DEER drafter cannot start from the {fam.name} checkpoint {folder}: its forward has "
+                          f"{_forward_of(fam)}, but DEER's drafter reads the verified prefix causally (KV cache) and "
+                          f"[SEP, masks] bidirectionally with unshifted logits; families that can: {able}")
+    return fam
+
+
+def give_separator(tok: PreTrainedTokenizerBase, drafter: TriModeLM, target_tok: PreTrainedTokenizerBase,
+                   sep_token: str = DEFAULT_SEP) -> int:
+    """Set the separator of a released dLLM's tokenizer ``tok`` (in place) and return its id: the target's
+    separator if it has one, else ``tok``'s own, else the existing token ``sep_token``, else ``sep_token`` added at
+    the first unused row of the drafter's embedding (released checkpoints pad their embedding past the tokenizer;
+    no parameter is added, the logits keep their width).
+
+    Raises :class:`~workbench.tokenizer.TokenizerError` (one line) when ``sep_token`` is no token and the embedding
+    has no unused row, or the separator is the mask token."""
+    rows = drafter.backbone.get_input_embeddings().num_embeddings
+    if target_tok.sep_token_id is not None:
+        tok.sep_token = target_tok.sep_token
+    elif tok.sep_token_id is None:
+        if sep_token in tok.get_vocab():
+            tok.sep_token = sep_token
+        elif len(tok) < rows:
+            tok.add_special_tokens({"sep_token": sep_token})
+        else:
+            raise TokenizerError(f"the drafter's tokenizer has no separator token {sep_token!r} and its embedding no "
+                                 f"unused row for one ({rows} rows, {len(tok)} tokens); pass one of its existing "
+                                 "special tokens as --sep_token")
+    sep = tok.sep_token_id
+    if sep is None or not 0 <= sep < rows or sep == drafter.mask_token_id:
+        raise TokenizerError(f"separator {tok.sep_token!r} (id {sep}) is not a usable DEER separator of the drafter "
+                             f"({rows} embedding rows, mask id {drafter.mask_token_id}); pass another --sep_token")
+    return int(sep)
 
 
 def count_parameters(model: TriModeLM) -> int:
@@ -119,32 +232,55 @@ def family_config(target_config, preset: str, vocab_size: int):
 
 
 def build_drafter(target: TriModeLM, target_tok: PreTrainedTokenizerBase, preset: str = "deer_drafter",
-                  drafter_init: str | None = None, seed: int = 0, init_layers: int | None = None
-                  ) -> tuple[TriModeLM, PreTrainedTokenizerBase]:
+                  drafter_init: str | None = None, seed: int = 0, init_layers: int | None = None,
+                  sep_token: str = DEFAULT_SEP) -> tuple[TriModeLM, PreTrainedTokenizerBase]:
     """The drafter: fresh from ``preset`` in the target's own family (:func:`family_config`; vocabulary size and
     specials of the target) or loaded from the tri-mode checkpoint ``drafter_init`` (optionally keeping only its
     first ``init_layers`` layers).
+
+    ``drafter_init`` may be a released diffusion LM (:func:`released_family`: a family whose forward is DEER's
+    drafter forward, NLD) or a DEER drafter trained from one (``released_family`` in its ``workbench.json``): the
+    drafter is then that checkpoint's built-in class with its weights and mask token, and its own tokenizer is
+    returned (the target's ids, checked by :func:`check_speaks_target`, plus its mask and the separator of
+    :func:`give_separator`, from ``sep_token``). Such a drafter carries ``released_family`` (the family's name).
 
     Args:
         target: the AR target (only its vocabulary size is read).
         target_tok: the target's tokenizer; a fresh drafter reuses it.
         preset: model preset of a fresh drafter (see :mod:`workbench.model.presets`).
-        drafter_init: optional checkpoint directory (or ``builtin:<name>``) to start from instead.
+        drafter_init: optional checkpoint directory (or ``builtin:<name>``, or a released dLLM's folder) to start
+            from instead.
         seed: initialisation seed of a fresh drafter.
         init_layers: keep the first ``init_layers`` decoder layers of ``drafter_init`` (:func:`keep_first_layers`).
+        sep_token: the separator of a released dLLM whose tokenizer (and the target's) has none.
 
     Returns ``(drafter, tokenizer)``.
 
     Raises:
         ValueError: unknown preset, bad ``init_layers``.
         TokenizerMismatchError: ``drafter_init``'s tokenizer differs from the target's.
-        CheckpointError: ``drafter_init`` is not a checkpoint directory.
+        CheckpointError: ``drafter_init`` is not a checkpoint directory, or a released dLLM of a family whose forward
+            cannot serve DEER's drafter (:class:`~workbench.model.families.spec.FamilyError`).
+        TokenizerError: a released dLLM without a usable separator (:func:`give_separator`).
     """
     if drafter_init:
         from ..model.load import load_model
 
-        drafter, tok, _ = load_model(drafter_init, target.device)
-        check_shared_tokenizer(target_tok, tok)
+        fam = released_family(drafter_init)
+        drafter, tok, meta = load_model(drafter_init, target.device)
+        origin = fam.name if fam is not None else meta.get(RELEASED_KEY)
+        if origin:
+            check_speaks_target(target, target_tok, drafter, tok, str(drafter_init))
+            if fam is not None:
+                give_separator(tok, drafter, target_tok, sep_token)
+                # saved as the built-in class it is (save_pretrained would write the family's weight names back)
+                if getattr(drafter.backbone, "_weight_conversions", None) is not None:
+                    drafter.backbone._weight_conversions = None
+            elif tok.sep_token_id is None:
+                raise TokenizerMismatchError(f"the DEER drafter {drafter_init} has no separator token in its tokenizer")
+            drafter.released_family = origin
+        else:
+            check_shared_tokenizer(target_tok, tok)
         if init_layers:
             keep_first_layers(drafter, init_layers)
         return drafter, tok
@@ -162,7 +298,8 @@ def build_drafter(target: TriModeLM, target_tok: PreTrainedTokenizerBase, preset
 
 def load_drafter(path: str, target: TriModeLM, target_tok: PreTrainedTokenizerBase) -> TriModeLM:
     """Any DEER drafter for ``target``, in eval mode, with ``sep_token_id`` set: a shared-base drafter
-    (:mod:`workbench.deer.shared`; prepares the target in place) or a full tri-mode checkpoint.
+    (:mod:`workbench.deer.shared`; prepares the target in place) or a full tri-mode checkpoint (one trained from a
+    released dLLM keeps that dLLM's tokenizer: checked with :func:`check_speaks_target`).
 
     Raises :class:`TokenizerMismatchError` for another tokenizer or vocabulary size and
     :class:`~workbench.model.io.CheckpointError` for a bad path or a drafter of other base weights."""
@@ -180,8 +317,13 @@ def load_drafter(path: str, target: TriModeLM, target_tok: PreTrainedTokenizerBa
     elif is_shared_drafter(path):
         drafter = load_drafter_for(path, target, target_tok)
     else:
-        drafter, tok, _ = load_checkpoint(path, device=target.device)
-        check_shared_tokenizer(target_tok, tok)
+        drafter, tok, meta = load_checkpoint(path, device=target.device)
+        if meta.get(RELEASED_KEY):          # trained from a released dLLM: its tokenizer may add mask and separator
+            check_speaks_target(target, target_tok, drafter, tok, str(path))
+            if tok.sep_token_id is None:
+                raise TokenizerMismatchError(f"the DEER drafter {path} has no separator token in its tokenizer")
+        else:
+            check_shared_tokenizer(target_tok, tok)
         drafter.sep_token_id = int(tok.sep_token_id)
     check_vocab_sizes(target, drafter)
     return drafter.eval()

@@ -1,8 +1,10 @@
 """``workbench train deer --stage 1|2 --config <yaml>``: DEER two-stage alignment of a diffusion drafter
 (deer.txt §3.1) on teacher answers of the AR target (``workbench deer teacher``).
 
-Stage 1 starts from a fresh ``drafter_preset`` model (or ``drafter_init``); stage 2 starts from the stage-1
-drafter (``drafter_init`` is required). Run directory ``out_dir``: ``config.yaml`` (resolved config),
+Stage 1 starts from a fresh ``drafter_preset`` model (or ``drafter_init``: a tri-mode checkpoint, or a released
+diffusion LM of a family whose forward is DEER's drafter forward, NLD, as the paper starts from a released dLLM;
+:func:`~workbench.deer.models.build_drafter`); stage 2 starts from the stage-1 drafter (``drafter_init`` is
+required). Run directory ``out_dir``: ``config.yaml`` (resolved config),
 ``logs/version_{k}/metrics.csv`` (CSV logs, one version per start or resume), ``checkpoints/last.ckpt``
 (resume point), ``metrics.json`` and the final drafter in ``drafter/`` (a :func:`~workbench.model.io.
 save_checkpoint` directory loadable with ``load_checkpoint``). A rerun with the same ``out_dir`` resumes.
@@ -27,7 +29,7 @@ from ..model.presets import PRESETS
 from ..utils import staged_dir, write_run_config
 from .data import SPLIT_BY, TeacherDataModule, load_teacher
 from .masking import NOISE, SPANS
-from .models import build_drafter, count_parameters, load_target
+from .models import RELEASED_KEY, build_drafter, count_parameters, load_target, released_family
 from .module import DeerModule
 from .shared import drafter_from_target, is_shared_drafter, load_shared_drafter, prepare_target, save_shared_drafter
 
@@ -46,7 +48,9 @@ class DeerTrainConfig(DeviceConfig):
     drafter_preset: str = "deer_drafter"
     """Preset of a fresh stage-1 drafter."""
     drafter_init: str | None = None
-    """Start from this tri-mode checkpoint or 'builtin:<name>' (required in stage 2: the stage-1 `drafter/`)."""
+    """Start from this tri-mode checkpoint, 'builtin:<name>', or a released diffusion LM's folder (its built-in class,
+    weights, mask token and tokenizer; NLD's forward is DEER's drafter forward, other families are refused) (required
+    in stage 2: the stage-1 `drafter/`)."""
     init_layers: int | None = None
     """Keep only the first init_layers decoder layers of drafter_init (a smaller drafter from a trained model)."""
     shared_layers: int | None = None
@@ -54,7 +58,8 @@ class DeerTrainConfig(DeviceConfig):
     its frozen embedding and LM head, saved without them (workbench.deer.shared). Stage 2 of such a drafter needs
     only drafter_init."""
     sep_token: str = "<|im_start|>"
-    """Existing token used as DEER's separator when the target's tokenizer has none (SmolLM2)."""
+    """Existing token used as DEER's separator when the target's tokenizer has none (SmolLM2); for a released dLLM's
+    drafter_init without a separator, added at an unused embedding row when its tokenizer lacks this token."""
     out_dir: str = "runs/deer/stage1"
     """Run directory: config, CSV logs, checkpoints, metrics.json and the drafter in `drafter/`."""
     batch_size: int = 16
@@ -140,6 +145,7 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
     """
 
     cfg.validate()
+    released_family(cfg.drafter_init)             # a released dLLM DEER's drafter cannot start from: nothing written
     settings = load_teacher(cfg.teacher).settings
     target_spec = cfg.target or settings["target"]
     check_run(**run_folder_args(cfg, target_spec))   # another kind, a store, changed settings: nothing written yet
@@ -174,7 +180,10 @@ def _fit_and_save(cfg: DeerTrainConfig, folder, settings: dict, target_spec: str
         drafter = (load_shared_drafter(cfg.drafter_init, target, tok, base_fp) if cfg.drafter_init
                    else drafter_from_target(target, cfg.shared_layers))
     else:
-        drafter, _ = build_drafter(target, tok, cfg.drafter_preset, cfg.drafter_init, cfg.seed, cfg.init_layers)
+        drafter, dtok = build_drafter(target, tok, cfg.drafter_preset, cfg.drafter_init, cfg.seed, cfg.init_layers,
+                                      cfg.sep_token)
+        if getattr(drafter, RELEASED_KEY, None):
+            tok = dtok                  # a released dLLM's own tokenizer: the target's ids plus its mask and separator
     drafter.train()
     module = DeerModule(drafter, cfg.stage, int(tok.sep_token_id), int(tok.pad_token_id), alpha=cfg.alpha,
                         r_max=cfg.r_max, noise=cfg.noise, t_min=cfg.t_min, max_context=cfg.max_context,
@@ -198,6 +207,8 @@ def _fit_and_save(cfg: DeerTrainConfig, folder, settings: dict, target_spec: str
             "teacher": cfg.teacher,
             "teacher_settings": settings, "train_config": asdict(cfg), "global_step": trainer.global_step,
             "parameters": count_parameters(drafter), "final_metrics": metrics}
+    if getattr(drafter, RELEASED_KEY, None):
+        meta[RELEASED_KEY] = getattr(drafter, RELEASED_KEY)
     drafter.eval()
     with staged_dir(out / "drafter") as tmp:
         if shared:

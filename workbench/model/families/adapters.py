@@ -254,6 +254,59 @@ class BlockCausalFamilyLM(FamilyLM):
                            .to(logits.dtype))
         return torch.cat([head, logits[:, 1:]], 1)
 
+    def masked_block_forward(self, ids, pos_offsets, allowed_within, cache, key_valid, held_visible=None):
+        """One forward of ``ids`` ``(N, Q)`` after the cached whole blocks and the held-back tokens, with the
+        caller's visibility among the new tokens (a speculative-verification layout such as SimSD's paired
+        data/mask sections); the cache is left as it was.
+
+        The held-back tokens of the current partial block are prepended and recomputed, as in every forward of
+        the family. Keys and queries:
+
+        * cached whole blocks and held-back tokens, as keys: block-causal at absolute positions (a query sees
+          them iff their block is not after its own);
+        * held-back tokens, as queries: the cache and each other block-causally; the new tokens where
+          ``held_visible`` says (default: block-causal, i.e. the whole current block, as :meth:`diffusion_logits`);
+        * new tokens, as queries, over the new tokens: exactly ``allowed_within`` (the caller's layout replaces
+          the family's bidirectional block there; it is not intersected with block positions, so a position-only
+          ablation keeps the attention structure).
+
+        Every query sees itself (a padding row is never empty).
+
+        Args:
+            ids: ``(N, Q)`` new token ids.
+            pos_offsets: ``(Q,)`` or ``(N, Q)`` position ids relative to the first position after the committed and
+                held-back tokens (``0`` is that position; a RoPE copy repeats offsets).
+            allowed_within: ``(Q, Q)`` or ``(N, Q, Q)`` bool, query × key among the new tokens.
+            cache: the family's KV cache (with its ``family_state``).
+            key_valid: ``(N, ·)`` bool; its last ``Q`` columns mark real new tokens (False: padding).
+            held_visible: ``(Q,)`` or ``(N, Q)`` bool, the new tokens the held-back tokens see (None: block-causal).
+
+        Returns ``(N, Q, V)``: the backbone's logits at the new tokens as computed (position ``j``'s own logit; a
+        shifted family's are not realigned here)."""
+        n, q = ids.shape
+        st = self._state(cache, n)
+        dev = ids.device
+        t, c = st.pend_ids.shape[1], st.pos.shape[1]
+        new_valid = key_valid[:, -q:].to(dev).bool()
+        held_pos = (st.count[:, None] + st.pend_valid.long().cumsum(1) - 1).clamp_min(0)
+        start = st.count + st.pend_valid.long().sum(1)
+        new_pos = start[:, None] + torch.as_tensor(pos_offsets, device=dev).long().expand(n, q)
+        seq, pos = torch.cat([st.pend_ids, ids], 1), torch.cat([held_pos, new_pos], 1)
+        k_pos = torch.cat([st.pos, pos], 1)
+        k_ok = torch.cat([st.valid, st.pend_valid, new_valid], 1)
+        allowed = position_allowed(pos, k_pos, k_ok, "block_causal", self.block_size).clone()
+        within = torch.as_tensor(allowed_within, device=dev).bool().expand(n, q, q)
+        allowed[:, t:, c + t:] = within & new_valid[:, None, :]
+        if held_visible is not None:
+            seen = torch.as_tensor(held_visible, device=dev).bool().expand(n, q)
+            allowed[:, :t, c + t:] = (seen & new_valid)[:, None, :].expand(n, t, q)
+        diag = torch.arange(t + q, device=dev)
+        allowed[:, diag, c + diag] = True                           # every query sees itself (no empty row)
+        cols = torch.arange(t, t + q, device=dev)
+        logits = self.call_backbone(seq, pos, to_additive(allowed, self.mask_dtype), cache, logits_to_keep=cols)
+        cache.crop(-(t + q))
+        return logits
+
     @staticmethod
     def _last(st: _BlockState) -> torch.Tensor:
         if st.last is None:
