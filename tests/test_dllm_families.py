@@ -219,14 +219,30 @@ def test_models_inspect_and_list(checkpoints):
     assert gemma.returncode == 0 and "mask id:     none (open positions hold random tokens)" in gemma.stdout
 
 
-def test_diffusion_gemma_opens_from_its_folder_and_runs_only_its_own_decoder(checkpoints):
+def test_diffusion_gemma_opens_from_its_folder_with_a_virtual_mask(checkpoints):
+    """DiffusionGemma has no mask token: its own decoder runs, and the mask-based decoders run over a fixed noise
+    canvas (undecided positions marked by a virtual id one past the vocabulary, never predicted)."""
     model, tok, meta = load_checkpoint(checkpoints["diffusion_gemma"])
     assert meta["family"]["family"] == "diffusion_gemma" and meta["family"]["mask_token_id"] is None
+    v = model.vocab_size
+    assert model.mask_token_id == v
     res = get_policy("diffusion_gemma")(model, PROMPTS, 12, max_denoising_steps=3)
     assert [len(t) for t in res.tokens] == [12, 12] and all(1 <= f <= 6 for f in res.forwards)
-    with pytest.raises(DecodeError, match="denoises mask tokens, which the diffusion_gemma family does not have.*"
-                                          "use its own decoder: diffusion_gemma"):
-        get_policy("confidence")(model, PROMPTS, 8, block_length=4)
+    ids, valid = left_pad(PROMPTS, 256, "cpu")
+    block = torch.full((2, 4), v)
+    block[:, 1] = 65
+    with torch.no_grad():
+        cache = model.new_cache()
+        model.extend(ids, cache, valid)
+        kv = torch.cat([valid, torch.ones(2, 4, dtype=torch.bool)], 1)
+        got = model.diffusion_logits(block, cache, kv)
+        p = ids.shape[1]
+        noise = model.noise_tokens(torch.arange(p, p + 4))
+        want = model.canvas_logits(torch.where(block == v, noise, block), cache, kv)
+    assert got.shape == (2, 4, v + 1) and torch.isinf(got[..., v]).all()
+    torch.testing.assert_close(got[..., :v], want)
+    conf = get_policy("confidence")(model, PROMPTS, 8, block_length=4, threshold=0.5, pad_id=256)
+    assert all(v not in t and len(t) == 8 for t in conf.tokens)
 
 
 @pytest.mark.parametrize("family", ["llada", "dream"])

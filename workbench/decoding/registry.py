@@ -110,11 +110,6 @@ class DecoderSpec:
         given a diffusion one)."""
         family = getattr(model, "family", None)
         modes = getattr(model, "modes", None)
-        if family is not None and self.mode == "diffusion" and not getattr(model, "has_mask_token", True) \
-                and family.name not in self.reference_of:
-            raise DecodeError(f"decoder {self.name} denoises mask tokens, which the {family.name} family does not "
-                              "have (its open positions hold random tokens); use its own decoder: "
-                              + ", ".join(sorted(n for n, s in DECODERS.items() if family.name in s.reference_of)))
         if family is None or modes is None or self.mode in modes:   # a plain checkpoint names --add_mask_token itself
             return
         raise DecodeError(f"decoder {self.name} needs the {self.mode} mode, which the {family.name} family does not "

@@ -10,9 +10,12 @@ The model is an encoder-decoder over one shared weight stack (``model.encoder.la
   the cache without growing it (its attention concatenates the canvas keys to the cached ones), and adds a
   self-conditioning signal made from the previous step's logits (:meth:`DiffusionGemmaLM.canvas_logits`).
 
-There is **no mask token**: undecided canvas positions hold tokens drawn uniformly from the vocabulary
-(:attr:`has_mask_token` is False), so the workbench's mask-based decoders do not apply; DiffusionGemma's own sampler is
-:func:`workbench.decoding.families.diffusion_gemma.entropy_bound_decode`.
+There is **no mask token**: undecided canvas positions hold tokens drawn uniformly from the vocabulary.
+DiffusionGemma's own sampler (re-noising, self-conditioning) is
+:func:`workbench.decoding.families.diffusion_gemma.entropy_bound_decode`. For the workbench's mask-based decoders,
+the collector and SOL, :attr:`DiffusionGemmaLM.mask_token_id` is a virtual id one past the vocabulary, which
+:meth:`DiffusionGemmaLM.diffusion_logits` replaces with a fixed noise token per position: a commit-once sampler over a
+fixed noise canvas, a different sampler from the reference.
 
 Encoder logits (what :meth:`DiffusionGemmaLM.extend` returns). transformers never applies ``lm_head`` to the
 encoder output and defines no loss at all (``DiffusionGemmaForBlockDiffusion.forward`` has no ``labels``; it applies
@@ -60,6 +63,10 @@ class DiffusionGemmaLM(nn.Module):
     #: Decoding modes (see :data:`workbench.model.families.spec.MODES`): the canvas sampler only. The encoder
     #: logits of :meth:`extend` have the form of AR logits but are not known to be trained as such.
     modes = ("diffusion",)
+    #: Its sliding-window KV cache is not a plain causal append of columns, so SOL's prefix bank recomputes prefixes
+    #: through :meth:`extend` (``workbench.sol.bank.make_bank``); every commit is an encoder forward.
+    causal_prefix = False
+    commit_forward = True
 
     def __init__(self, backbone: nn.Module):
         super().__init__()
@@ -71,19 +78,16 @@ class DiffusionGemmaLM(nn.Module):
     # ------------------------------------------------------------------ properties
     @property
     def mask_token_id(self) -> int:
-        """DiffusionGemma has no mask token (undecided canvas positions hold uniform random tokens): raises
-        :class:`~workbench.model.families.spec.FamilyError` (one line) naming its own decoder, so a command built
-        on mask tokens (collect, SOL, the mask-based decoders) stops with that line. Test :attr:`has_mask_token`."""
-        from .spec import FamilyError
-
-        raise FamilyError("the diffusion_gemma family has no mask token (its open positions hold random tokens), so "
-                          "mask-based commands and decoders do not apply to it; decode with its own decoder "
-                          "(--policy diffusion_gemma; the leaderboard runs it)")
+        """A **virtual** mask id, ``V`` (one past the vocabulary): DiffusionGemma has no mask token (its undecided
+        canvas positions hold uniform random tokens), so the workbench's mask-based decoders, the collector and SOL
+        mark undecided positions with ``V``, and :meth:`diffusion_logits` feeds the model a fixed noise token there
+        (:meth:`noise_tokens`); the virtual id's logit column is ``-inf``."""
+        return self.vocab_size
 
     @property
     def has_mask_token(self) -> bool:
-        """False (see :attr:`mask_token_id`)."""
-        return False
+        """True: the virtual mask id of :attr:`mask_token_id` (the checkpoint itself has no mask token)."""
+        return True
 
     @property
     def vocab_size(self) -> int:
@@ -184,10 +188,37 @@ class DiffusionGemmaLM(nn.Module):
         return bb(decoder_input_ids=canvas, self_conditioning_logits=self_conditioning,
                   decoder_attention_mask=masks, cache=cache, decoder_position_ids=pos).logits
 
-    def diffusion_logits(self, block: torch.Tensor, cache: DynamicCache, key_valid: torch.Tensor) -> torch.Tensor:
-        """:meth:`canvas_logits` without self-conditioning (what the generic decoders call): ``block`` ``(N, B)``,
-        ``key_valid`` ``(N, P + B)``; returns ``(N, B, V)``, cache unchanged."""
-        return self.canvas_logits(block, cache, key_valid)
+    def noise_tokens(self, positions: torch.Tensor) -> torch.Tensor:
+        """The fixed noise token of each absolute canvas position in ``positions`` (any shape): uniform random tokens
+        drawn once with seed 0 (a table grown as needed), so a denoising forward depends on the decided positions
+        alone."""
+        need = int(positions.max()) + 1 if positions.numel() else 0
+        table = getattr(self, "_noise", None)
+        if table is None or table.numel() < need:
+            table = torch.randint(self.vocab_size, (max(need, 4096),), generator=torch.Generator().manual_seed(0))
+            self._noise = table
+        return table.to(positions.device)[positions]
+
+    def diffusion_logits(self, block: torch.Tensor, cache: DynamicCache, key_valid: torch.Tensor,
+                         future_masks: int = 0) -> torch.Tensor:
+        """The generic decoders' denoising forward: :meth:`canvas_logits` without self-conditioning, the virtual mask
+        id (:attr:`mask_token_id`) replaced by the position's fixed noise token (:meth:`noise_tokens`): a commit-once
+        sampler over a fixed noise canvas, not DiffusionGemma's own re-noising sampler (the ``diffusion_gemma``
+        decoder).
+
+        Args:
+            block: ``(N, B)`` ids, the virtual mask id at undecided positions. cache: the encoder cache of the
+                prefix (unchanged on return). key_valid: ``(N, P + B)``. future_masks: ignored (never visible).
+
+        Returns ``(N, B, V + 1)`` fp32: the model's logits and the virtual mask's column at ``-inf``."""
+        n, b = block.shape
+        undecided = block == self.mask_token_id
+        if undecided.any():
+            start = cache.get_seq_length()
+            pos = torch.arange(start, start + b, device=block.device).expand(n, b)
+            block = torch.where(undecided, self.noise_tokens(pos), block)
+        logits = self.canvas_logits(block, cache, key_valid)
+        return torch.cat([logits, logits.new_full((n, b, 1), float("-inf"))], dim=-1)
 
 
 def tiny_diffusion_gemma(vocab_size: int = 512, canvas_length: int = 8, seed: int = 0) -> DiffusionGemmaLM:
