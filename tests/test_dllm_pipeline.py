@@ -1,6 +1,6 @@
 """Every command on every released family's tiny checkpoint (issue 57 §4), in-process through ``workbench.cli.main``
 (one import for all): collect → store verify → SOL → train sampler → sampler decoding → evaluate → sweep →
-leaderboard. Families without an AR mode run them without their AR rows (the leaderboard says why); the store
+leaderboard, and for the families with an AR mode (NLD, I-DLM) speculate and train lora. Families without an AR mode run them without their AR rows (the leaderboard says why); the store
 records the family's semantics, and a sampler trained on one family's store is refused on another's model.
 DiffusionGemma, which has no mask token, runs them through its virtual mask (a fixed noise canvas)."""
 import json
@@ -41,6 +41,14 @@ def test_every_command_runs_on_the_family(root, family, capsys):
         ["leaderboard", "--model", str(ck), *SMALL, "--thresholds", "[0.5]", "--out_dir", f"{out}/lb",
          "--progress_bar", "false", "--device", "cpu", "--sol", "false"],
     ]
+    if family in ("nld", "idlm"):                                   # the AR families: self-speculation, LoRA drafter
+        steps += [
+            ["speculate", "--model", str(ck), *SMALL[:-2], "--draft_lengths", "[4]", "--quadratic_draft_lengths", "[2]",
+             "--block_length", "4", "--out_dir", f"{out}/spec", "--progress_bar", "false", "--device", "cpu"],
+            ["train", "lora", "--init_from", str(ck), "--out_dir", f"{out}/lora", "--max_steps", "2", "--batch_size",
+             "2", "--draft_length", "4", "--rank", "2", "--progress_bar", "false", "--accelerator", "cpu",
+             "--val_every", "2", "--val_windows", "2"],
+        ]
     for argv in steps:
         assert main(argv) == 0, f"{family}: workbench {' '.join(argv[:2])} failed: {capsys.readouterr().err[-500:]}"
     attrs = json.loads((out / "store" / "zarr.json").read_text())["attributes"]
