@@ -137,6 +137,9 @@ class DemoConfig:
     """torch CPU threads (default: torch's choice)."""
     progress_bar: bool = True
     """Show progress bars."""
+    results_table: str | None = None
+    """Also append the leaderboard stage's figures to a results table (JSON lines; the repository's is
+    benchmarks/results.jsonl)."""
 
 
 def check_stage_options(cfg: DemoConfig) -> None:
@@ -215,4 +218,5 @@ def leaderboard_config(cfg: DemoConfig, model_spec, out_dir: str, sampler: str |
                              real_context_decoders=cfg.leaderboard_real_context_decoders,
                              decoders=list(cfg.leaderboard_decoders or _default_decoders(cfg)),
                              skip_missing=True, precision=cfg.leaderboard_precision, batch_size=cfg.batch_size,
-                             device=cfg.device, out_dir=out_dir, progress_bar=cfg.progress_bar)
+                             device=cfg.device, out_dir=out_dir, progress_bar=cfg.progress_bar,
+                             results_table=cfg.results_table)

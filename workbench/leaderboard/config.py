@@ -83,6 +83,9 @@ class LeaderboardConfig:
     ``<out_dir>.partial`` and moved into place at the end)."""
     progress_bar: bool = True
     """Show a progress bar."""
+    results_table: str | None = None
+    """Also append this run's figures to a results table (JSON lines; the repository's is
+    benchmarks/results.jsonl, rendered into the README's headline table by scripts/render_results.py)."""
 
     def validate(self) -> None:
         """Raise a one-line ``ValueError`` / ``DecodeError`` for an inconsistent configuration."""

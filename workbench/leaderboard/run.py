@@ -209,6 +209,10 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
         plot_leaderboard(df, ceilings, out / "leaderboard.png")
         (out / "config.json").write_text(json.dumps({**asdict(cfg), "wall_s": wall, "n_prompts_used": len(prompts)},
                                                     indent=2) + "\n")
+    if cfg.results_table:
+        from ..results import append_results, leaderboard_figures
+
+        append_results(leaderboard_figures(df, cfg, ceilings), cfg.results_table)
     return df, Path(cfg.out_dir)
 
 

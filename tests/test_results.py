@@ -1,0 +1,71 @@
+"""Results as data (issue 58 §3): the results table's lines, their current values, the leaderboard's and the
+benchmarks' figures, and the headline table rendered from them."""
+import math
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from workbench.results import append_results, headline_markdown, latest, leaderboard_figures, load_results
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_append_stamps_and_the_last_line_of_a_key_is_current(tmp_path):
+    table = tmp_path / "r.jsonl"
+    assert append_results([{"key": "k", "metric": "tpf", "value": 1.5}], table) == 1
+    append_results([{"key": "k", "metric": "tpf", "value": 2.0, "command": "workbench x"}], table)
+    rows = load_results(table)
+    assert [r["value"] for r in rows] == [1.5, 2.0]
+    assert rows[0]["date"] and "cpu" in rows[0]["machine"] and rows[0]["machine"]["cores"] >= 1
+    assert latest(rows)["k"]["value"] == 2.0
+    with pytest.raises(ValueError, match="needs value"):
+        append_results([{"key": "k", "metric": "tpf"}], table)
+    (table).write_text(table.read_text() + "not json\n")
+    with pytest.raises(ValueError, match=r"r.jsonl:3 is not a JSON line"):
+        load_results(table)
+
+
+def _board():
+    cfg = SimpleNamespace(model="m", adapter=None, n_prompts=4, split="test", corpus="stdlib", prompt_len=64,
+                          gen_len=32, precision="fp32", batch_size=16, block_lengths=[8], thresholds=[0.9])
+    df = pd.DataFrame([
+        dict(decoder="ar_greedy", mode="free", block_length=0, threshold=math.nan, status="ok", tpf=1.0,
+             speedup=1.0, lossless=True, agree_serial=0.4, ceiling=None, ceiling_tpf=math.nan),
+        dict(decoder="confidence", mode="free", block_length=8, threshold=0.9, status="ok", tpf=1.5, speedup=0.8,
+             lossless=False, agree_serial=0.99, ceiling="serial", ceiling_tpf=3.0),
+        dict(decoder="ss_linear", mode="free", block_length=8, threshold=math.nan, status="ok", tpf=2.8,
+             speedup=0.9, lossless=True, agree_serial=0.4, ceiling="ar_greedy", ceiling_tpf=2.0),
+        dict(decoder="sampler", mode="free", block_length=0, threshold=math.nan, status="missing: x"),
+    ])
+    return cfg, df
+
+
+def test_leaderboard_figures_render_the_headline(tmp_path):
+    cfg, df = _board()
+    figures = leaderboard_figures(df, cfg)
+    assert {f["key"] for f in figures} >= {"leaderboard/m/free/confidence/B8/t0.9/tpf",
+                                           "leaderboard/m/free/ar_greedy/B0/t/lossless"}
+    assert not any("sampler" in f["key"] for f in figures)               # rows that did not run give no figure
+    table = tmp_path / "r.jsonl"
+    append_results(figures, table)
+    md = headline_markdown(load_results(table), "m")
+    rows = [line for line in md.splitlines() if line.startswith("| `")]
+    assert rows == ["| `ar_greedy` | 1.00 | 1.00× | yes |  |",
+                    "| `ss_linear` | 2.80 | 0.90× | yes | 2.00 (SOL(ar_greedy)) |",
+                    "| `confidence` | 1.50 | 0.80× | no | 3.00 (SOL(serial)) |"]
+    assert "Setting: `m`, 4 test prompts of stdlib" in md and "workbench leaderboard --model m" in md
+    with pytest.raises(ValueError, match="no free-running leaderboard figure of other"):
+        headline_markdown(load_results(table), "other")
+
+
+def test_benchmark_lines_become_figures():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import run_all
+
+    figs = run_all.figures_of("bench_x", "python benchmarks/bench_x.py", {"benchmark": "decode", "policy": "ar",
+                                                                         "ms": 12.5, "n": 3, "ok": True})
+    assert sorted(f["metric"] for f in figs) == ["ms", "n"]
+    assert figs[0]["key"].startswith("bench/bench_x/benchmark=decode,ok=True,policy=ar/")
