@@ -3,7 +3,8 @@
 #                     ~/.cache/workbench) with the shipped tri-mode adapter, stdlib corpus (≤ 15 min on 2 cores)
 #   make demo-tiny  - the same job on the shipped 4.9 M-parameter tiny model, offline (≤ 10 min on 2 cores)
 #   make test       - the default test suite (slow and GPU tests are skipped; offline, tiny and random models)
-.PHONY: env demo demo-tiny test test-all bench
+#   make docs       - the documentation site, warnings as errors (docs/_build/html)
+.PHONY: env demo demo-tiny test test-all bench docs
 
 env:
 	@bash scripts/setup_env.sh
@@ -26,3 +27,7 @@ test-all: env
 
 bench: env
 	.venv/bin/python benchmarks/run_all.py
+
+# The documentation site (Sphinx + MyST), warnings as errors, into docs/_build/html (the tests build it too).
+docs: env
+	.venv/bin/python -m sphinx -W --keep-going -b html docs docs/_build/html

@@ -132,10 +132,14 @@ class TeacherDataModule(pl.LightningDataModule):
     """Random training rows and fixed validation rows of a teacher directory.
 
     Args:
-        teacher: teacher directory. batch_size: rows per optimiser step (the global batch). train_rows: virtual
-        epoch length in rows. val_percent: share of prompts (or source files) held out. val_rows: at most this
-        many validation rows. seed: data seed. per_device_batch: rows per forward on one device (None:
-        ``batch_size``). split_by: 'prompt' or 'document' (:func:`split_rows`).
+        teacher: teacher directory.
+        batch_size: rows per optimiser step (the global batch).
+        train_rows: virtual epoch length in rows.
+        val_percent: share of prompts (or source files) held out.
+        val_rows: at most this many validation rows.
+        seed: data seed.
+        per_device_batch: rows per forward on one device (None: ``batch_size``).
+        split_by: 'prompt' or 'document' (:func:`split_rows`).
 
     Step ``s`` trains on rows ``s·G … (s+1)·G − 1`` of the seeded stream; on several devices rank ``r`` of
     ``W`` loads rows ``r, r + W, …`` (:func:`~workbench.data.rank_sampler`), so no row is read twice.

@@ -4,7 +4,7 @@ On a fresh machine with no arguments it prepares the standard-library corpus, lo
 measures its held-out loss against the unigram baseline, evaluates AR mode and diffusion mode at several
 thresholds and block lengths in both context modes, then runs the stages of :mod:`.stages` (trajectory
 collection, sampler, LoRA drafter, SOL, DEER) and writes a run directory with the resolved config, metrics,
-Parquet results, plots and a ``report.md``. ``--retrain`` first reproduces the shipped model (:mod:`.retrain`).
+Parquet results, plots and a ``report.md``. ``--retrain`` first reproduces the shipped model (:mod:`workbench.demo.retrain`).
 """
 from __future__ import annotations
 

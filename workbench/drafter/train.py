@@ -119,7 +119,7 @@ class LoraTrainConfig(DeviceConfig):
     max_steps: int = 300
     """Optimiser steps."""
     val_every: int = 50
-    """Validate (and write last.ckpt / best-*.ckpt) every this many steps."""
+    """Validate (and write ``last.ckpt`` / ``best-*.ckpt``) every this many steps."""
     val_windows: int = 64
     """Validation prefixes (corpus validation split, fixed cuts)."""
     monitor: str = "val/tau_greedy"

@@ -16,9 +16,9 @@ Conventions (every ratio is total over total across prompts, so long outputs wei
   ``prefix_ar`` = mean tokens before the first divergence; ``exact_ar`` = share of prompts whose whole output
   equals AR greedy's; ``lossless`` = ``exact_ar == 1``. ``agree_serial`` likewise against the serial target at
   the row's B.
-* ``introspective_acceptance`` (I-DLM §2, added by :mod:`.run`): α = mean over tokens of min(1, p_k(x_k) /
-  q_k(x_k)), q the distribution the decoder drew or picked the token from (at T = 1 for greedy picks), p the
-  target's causal AR distribution with every earlier token revealed.
+* ``introspective_acceptance`` (I-DLM §2, added by :mod:`workbench.leaderboard.run`): α = mean over tokens of
+  min(1, p_k(x_k) / q_k(x_k)), q the distribution the decoder drew or picked the token from (at T = 1 for greedy
+  picks), p the target's causal AR distribution with every earlier token revealed.
 """
 from __future__ import annotations
 

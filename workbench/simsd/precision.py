@@ -44,7 +44,7 @@ class PrecisionConfig:
 @torch.no_grad()
 def step_deviation(target, prefix: list[int], draft: torch.Tensor, steps: torch.Tensor, rope_copy: bool = True
                    ) -> pd.DataFrame:
-    """Per block position: its draft step, max |Δlogit|, KL(sequential ‖ verification) and top-1 agreement."""
+    """Per block position: its draft step, max ``|Δlogit|``, KL(sequential ‖ verification) and top-1 agreement."""
     from .decode import verify_logits
 
     dev = target.device

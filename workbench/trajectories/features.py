@@ -7,9 +7,9 @@ tensors.
 
 Default feature vector, 144 dims per position (``feature_dim = 3 * pca_dim + 12``):
 
-====  =========================================================================
-dims  feature
-====  =========================================================================
+======  =========================================================================
+dims    feature
+======  =========================================================================
 0–43    PCA embedding (``token_pca``, scikit-learn PCA of the model's input embeddings) of the top-1 token
 44–87   PCA embedding of the top-2 token
 88–131  PCA embedding of the top-3 token
@@ -25,7 +25,7 @@ dims  feature
 141     left neighbour committed (1 for j = 0: the clean prefix is to the left)
 142     right neighbour committed (0 for j = B − 1)
 143     position is masked (1) or already committed (0)
-====  =========================================================================
+======  =========================================================================
 """
 from __future__ import annotations
 

@@ -108,10 +108,11 @@ def entropy_bound_decode(model, prompts: list[list[int]], gen_len: int, seed: in
             ``attention_mask``, position ids counting the padding as ``generate`` does).
         gen_len: tokens per row (``max_new_tokens``).
         seed: RNG seed (above).
-        max_denoising_steps, entropy_bound, t_min, t_max, stability_threshold, confidence_threshold,
-        eos_token_id, pad_token_id: ``generate``'s settings; ``None`` takes the checkpoint's generation config,
-            else ``generate``'s defaults: 48 steps, entropy bound 0.1 nats, temperature 0.8 → 0.4, stability 1
-            step, confidence 0.005 nats, no EOS, no pad (:func:`resolve_settings`).
+        max_denoising_steps: ``generate``'s settings, with ``entropy_bound``, ``t_min``, ``t_max``,
+            ``stability_threshold``, ``confidence_threshold``, ``eos_token_id`` and ``pad_token_id``: ``None``
+            takes the checkpoint's generation config, else ``generate``'s defaults: 48 steps, entropy bound 0.1
+            nats, temperature 0.8 → 0.4, stability 1 step, confidence 0.005 nats, no EOS, no pad
+            (:func:`resolve_settings`).
         pad_id: id written at left padding (masked; any id).
         precision: 'fp32' (what ``generate`` runs, the only one equal to it), 'bf16' or 'bf16-true' (autocast).
 

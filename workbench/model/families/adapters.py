@@ -11,17 +11,12 @@ Decoders, the collector, the SOL search and the sampler call the methods of
 
 Each adapter here reproduces its family's reference forward exactly behind those calls:
 
-==================  ===========================  ==================  ===============================
-adapter             families                     denoising forward   commit
-==================  ===========================  ==================  ===============================
-WindowFamilyLM      NLD                          block sees prefix   causal (exact KV cache)
-                                                 and itself
-CausalFamilyLM      I-DLM                        causal, shifted     causal (exact KV cache)
-BlockCausalFamilyLM SDAR, Fast-dLLM v2           block-causal at     block-causal; partial blocks are
-                                                 absolute positions  held back and recomputed
-RecomputeFamilyLM   LLaDA, Dream                 whole sequence,     none: the cache keeps token ids
-                                                 future masks seen   and every forward recomputes
-==================  ===========================  ==================  ===============================
+* ``WindowFamilyLM`` (NLD): the block sees the causal prefix and itself; causal commits (exact KV cache).
+* ``CausalFamilyLM`` (I-DLM): causal and shifted everywhere; causal commits (exact KV cache).
+* ``BlockCausalFamilyLM`` (SDAR, Fast-dLLM v2): block-causal at absolute positions; only whole blocks are
+  committed, a partial block's tokens are held back and recomputed.
+* ``RecomputeFamilyLM`` (LLaDA, Dream): the whole sequence, future masks included, recomputed every forward; the
+  cache keeps token ids.
 
 Shifted families (``spec.shift``: Dream, Fast-dLLM v2, I-DLM) are realigned here: block position 0 is predicted by
 the logit of the token before it (the last committed one's, kept at its commit), position ``j`` by position
