@@ -63,3 +63,24 @@ def test_every_readme_command_parses(argv, capsys):
     with pytest.raises(SystemExit) as e:
         main([*argv, "--print_config"])
     assert e.value.code in (0, None), capsys.readouterr().err[-400:]
+
+
+def _notebook_commands() -> list[list[str]]:
+    import json
+
+    cmds = []
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        src = "".join(json.loads(nb.read_text())["cells"][0]["source"])
+        found = re.search(r"```bash\n(workbench [^\n]+)\n```", src)
+        assert found, f"{nb.name} does not say which command makes the run folder it reads"
+        cmds.append(shlex.split(found.group(1))[1:])
+    return cmds
+
+
+@pytest.mark.parametrize("argv", _notebook_commands(), ids=lambda a: " ".join(a[:2]))
+def test_every_notebook_names_a_command_that_parses(argv, capsys):
+    from workbench.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--print_config"])
+    assert e.value.code in (0, None), capsys.readouterr().err[-400:]
