@@ -35,9 +35,9 @@ def test_the_headline_table_is_the_results_tables():
     assert block.count("\n| `") >= 4 and "Setting:" in block
 
 
-def _task_commands() -> list[list[str]]:
-    """Every ``workbench …`` line of the README's bash blocks, as argv (without ``workbench``)."""
-    text = README.read_text()
+def _task_commands(pages=(README,)) -> list[list[str]]:
+    """Every ``workbench …`` line of the bash blocks of ``pages``, as argv (without ``workbench``)."""
+    text = "\n".join(p.read_text() for p in pages)
     cmds = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         for line in block.splitlines():
@@ -51,8 +51,12 @@ def test_the_readme_has_task_blocks():
     assert len(_task_commands()) >= 12
 
 
-@pytest.mark.parametrize("argv", _task_commands(), ids=lambda a: " ".join(a[:2]))
-def test_every_readme_command_parses(argv, capsys):
+GUIDES = (README, *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "guides").glob("*.md")),
+          *sorted((ROOT / "docs" / "development").glob("*.md")))
+
+
+@pytest.mark.parametrize("argv", _task_commands(GUIDES), ids=lambda a: " ".join(a[:2]))
+def test_every_readme_and_guide_command_parses(argv, capsys):
     """Each command of the README parses with its options (jsonargparse's ``--print_config`` resolves every option
     and the --config file, then exits 0 without running anything); ``models`` subcommands are checked by name."""
     from workbench.cli import main
