@@ -14,10 +14,10 @@ sys.path.insert(0, str(Path(__file__).parent / "_ext"))
 project = "workbench"
 author = "the workbench maintainers"
 copyright = "the workbench maintainers, Apache-2.0"
-extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "reference_pages"]
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "reference_pages", "notebook_pages"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "_ext", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "_ext", "notebook_runs", "Thumbs.db", ".DS_Store"]
 myst_heading_anchors = 3
 autodoc_member_order = "bysource"
 autodoc_inherit_docstrings = False          # library base classes' docstrings are theirs, not ours
