@@ -12,7 +12,9 @@ $W leaderboard --model tiny --n_prompts 4 --gen_len 32 --block_lengths "[8]" --t
   --sol_budget 500 --out_dir "$OUT/leaderboard" --progress_bar false
 $W drafter ablation --train_config workbench/configs/lora_tiny.yaml --max_steps 10 --n_prompts 4 --gen_len 32 \
   --device cpu --out_dir "$OUT/lora_ablation" --progress_bar false
-# keep what the notebooks read (tables, logs, plots' data), not the checkpoints
+# keep what the notebooks read (tables, logs, metrics), not the checkpoints or the adapters (whose configs name this
+# machine's paths)
 find "$OUT" \( -name "*.ckpt" -o -name "*.safetensors" -o -name "*.lock" \) -delete
+find "$OUT" -type d -name adapter -prune -exec rm -rf {} +
 find "$OUT" -type d -empty -delete
 du -sh "$OUT"
