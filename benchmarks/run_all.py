@@ -20,11 +20,14 @@ sys.path.insert(0, str(here.parent))
 
 
 def figures_of(script: str, command: str, line: dict) -> list[dict]:
-    """The figures of one JSON line printed by ``script``: one per numeric field."""
-    ident = ",".join(f"{k}={v}" for k, v in sorted(line.items()) if isinstance(v, (str, bool)) or v is None)
+    """The figures of one JSON line printed by ``script``: one per measured (float) field. Strings and integers
+    are the line's setting (benchmark, family, batch, lengths), which names the figures; booleans, ``None``, lists
+    and dicts are left out."""
+    ident = ",".join(f"{k}={v}" for k, v in sorted(line.items())
+                     if isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool)))
     return [{"key": f"bench/{script}/{ident}/{k}", "metric": k, "value": v, "unit": None, "target": None,
-             "model": line.get("model"), "adapter": line.get("adapter"), "command": command, "setting": ident}
-            for k, v in line.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+             "model": line.get("model"), "adapter": None, "command": command, "setting": ident}
+            for k, v in line.items() if isinstance(v, float)]
 
 
 def main(argv=None) -> int:

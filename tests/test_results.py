@@ -66,6 +66,7 @@ def test_benchmark_lines_become_figures():
     import run_all
 
     figs = run_all.figures_of("bench_x", "python benchmarks/bench_x.py", {"benchmark": "decode", "policy": "ar",
-                                                                         "ms": 12.5, "n": 3, "ok": True})
-    assert sorted(f["metric"] for f in figs) == ["ms", "n"]
-    assert figs[0]["key"].startswith("bench/bench_x/benchmark=decode,ok=True,policy=ar/")
+                                                                         "ms": 12.5, "ratio": 1.02, "batch": 8,
+                                                                         "ok": True, "spread": [1, 2]})
+    assert sorted(f["metric"] for f in figs) == ["ms", "ratio"]                 # measured: the floats
+    assert figs[0]["key"] == "bench/bench_x/batch=8,benchmark=decode,policy=ar/ms"  # the setting names them
