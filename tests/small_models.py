@@ -17,3 +17,17 @@ def peaked_model(scale: float, seed: int = 0) -> TriModeLM:
     with torch.no_grad():
         bb.lm_head.weight.mul_(scale)
     return TriModeLM(bb, 6)
+
+
+def ar_target_checkpoint(path, tok, vocab: int, seed: int = 1):
+    """A tiny random Qwen2 AR model (2 layers, hidden 32) saved with ``save_pretrained`` beside ``tok`` at ``path``:
+    an AR target for the drafters of released diffusion LMs. Returns ``path``."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model("qwen2", vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                               eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

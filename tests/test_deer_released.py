@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoConfig, AutoModelForCausalLM
 
 from conftest import bpe_tokenizer
+from small_models import ar_target_checkpoint
 from workbench.decoding import get_policy
 from workbench.deer.models import RELEASED_KEY, TokenizerMismatchError, build_drafter, load_drafter
 from workbench.deer.teacher import TeacherConfig, generate_teacher
@@ -22,22 +22,11 @@ PROMPTS = [[72, 101, 108, 108, 111, 32, 119], [100, 101, 102, 32, 102, 40, 120, 
 PAD = 256                                             # the fixture tokenizer's <|endoftext|> (end of text and pad)
 
 
-def _ar_target(path, tok, vocab):
-    """A tiny Qwen2 AR target saved with ``save_pretrained`` and ``tok`` (as tests/test_dllm_drafting.py)."""
-    cfg = AutoConfig.for_model("qwen2", vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                               eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
-    torch.manual_seed(1)
-    AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory, small_corpus):
     root = tmp_path_factory.mktemp("deer_released")
     nld = write_family_checkpoint("nld", root / "nld")
-    target = _ar_target(root / "target", fixture_tokenizer("<mask>"), 264)
+    target = ar_target_checkpoint(root / "target", fixture_tokenizer("<mask>"), 264)
     cfg = TeacherConfig(target=str(target), corpus=str(small_corpus), n_answers=16, prompt_len=24, gen_len=12,
                         batch_size=8, chunk_size=16, out_dir=str(root / "teacher"))
     generate_teacher(cfg, *load_checkpoint(target)[:2])
@@ -90,7 +79,7 @@ def test_stage1_starts_from_the_released_dllm_and_decodes_losslessly(folders, mo
 
 
 def test_a_released_drafter_of_another_tokenizer_is_refused_in_one_line(folders):
-    other = _ar_target(folders["root"] / "other", bpe_tokenizer(), 320)
+    other = ar_target_checkpoint(folders["root"] / "other", bpe_tokenizer(), 320)
     target, tok, _ = load_checkpoint(other)
     with pytest.raises(TokenizerMismatchError, match=r"does not speak the target's tokenizer \(token .+ is id \d+ "
                                                      r"in the target but .+ in the drafter\)") as e:
@@ -113,7 +102,7 @@ def test_a_family_whose_forward_is_not_deers_is_refused_before_anything_is_writt
 
 def test_a_released_dllm_without_room_for_a_separator_is_refused_in_one_line(tmp_path):
     nld = write_family_checkpoint("nld", tmp_path / "nld", vocab_size=258)        # every row is a token
-    target, tok, _ = load_checkpoint(_ar_target(tmp_path / "target", fixture_tokenizer("<mask>"), 258))
+    target, tok, _ = load_checkpoint(ar_target_checkpoint(tmp_path / "target", fixture_tokenizer("<mask>"), 258))
     with pytest.raises(TokenizerError, match="no separator token '<|im_start|>' and its embedding no unused row") as e:
         build_drafter(target, tok, drafter_init=str(nld))
     assert "\n" not in str(e.value)

@@ -2,10 +2,9 @@
 dLLM for an AR target of the same tokenizer (its paper: Dream-7B for Qwen2.5), losslessly at temperature 0; a
 drafter of another tokenizer is refused in one line."""
 import pytest
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM
 
 from conftest import bpe_tokenizer
+from small_models import ar_target_checkpoint
 from workbench.decoding import get_policy
 from workbench.diffuspec.decode import DiffuSpecConfig, diffuspec_decode
 from workbench.diffuspec.evaluate import load_drafter
@@ -16,22 +15,12 @@ from workbench.model.load import AdapterMismatchError
 PROMPTS = [[72, 101, 108, 108, 111, 32, 119], [100, 101, 102, 32, 102]]
 
 
-def _ar_target(path, tok, vocab):
-    cfg = AutoConfig.for_model("qwen2", vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                               eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
-    torch.manual_seed(1)
-    AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("drafting")
     dream = write_family_checkpoint("dream", root / "dream")
-    target = _ar_target(root / "target", fixture_tokenizer("<|mask|>"), 264)
-    other = _ar_target(root / "other", bpe_tokenizer(), 320)
+    target = ar_target_checkpoint(root / "target", fixture_tokenizer("<|mask|>"), 264)
+    other = ar_target_checkpoint(root / "other", bpe_tokenizer(), 320)
     return dream, target, other
 
 

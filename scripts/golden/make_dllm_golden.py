@@ -140,6 +140,20 @@ def scatter_weights(model: torch.nn.Module, seed: int) -> None:
             p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
 
 
+def save_and_reload(model, cls, head, mask_id: int, seed: int, out: Path, tok):
+    """Scatter ``model``'s weights (``seed``), zero the mask id's row of its output head (``head(model)``: the mask id
+    is then never an argmax, as in the release), save it and ``tok`` to ``out``, and reload it exactly as a user
+    would (their class ``cls``, our folder). Returns the reloaded model, fp32, in eval mode."""
+    scatter_weights(model, seed)
+    with torch.no_grad():
+        head(model)[mask_id].zero_()
+    model = model.float().eval()
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return cls.from_pretrained(out, torch_dtype=torch.float32).eval()
+
+
 def tensor_list(t: torch.Tensor) -> list:
     return t.detach().cpu().tolist()
 
@@ -274,22 +288,13 @@ def make_llada(ref: Path, out: Path) -> dict:
     config = cfg_mod.LLaDAConfig(**LLADA_CONFIG)
     torch.manual_seed(SEED)
     model = mod.LLaDAModelLM(config, init_params=False)
-    scatter_weights(model, SEED)
-    with torch.no_grad():  # the mask id is never an argmax (as in the release)
-        model.model.transformer.ff_out.weight[LLADA_MASK].zero_()
-    model = model.float().eval()
-
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
     tok = build_tokenizer(
         LLADA_VOCAB, LLADA_SPECIALS,
         dict(bos_token="<|startoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>",
              mask_token="<|mdm_mask|>"),
         LLADA_CHAT)
-    tok.save_pretrained(out)
-
-    # reload exactly as a user would (their class, our folder) and use that
-    model = mod.LLaDAModelLM.from_pretrained(out, torch_dtype=torch.float32).eval()
+    model = save_and_reload(model, mod.LLaDAModelLM, lambda m: m.model.transformer.ff_out.weight, LLADA_MASK, SEED,
+                            out, tok)
 
     logits = {}
     record_inputs = {}
@@ -437,21 +442,11 @@ def make_dream(ref: Path, out: Path) -> dict:
     config = cfg_mod.DreamConfig(**DREAM_CONFIG)
     torch.manual_seed(SEED)
     model = mod.DreamModel(config)
-    scatter_weights(model, SEED + 1)
-    with torch.no_grad():  # the mask id is never an argmax (as in the release)
-        model.lm_head.weight[DREAM_MASK].zero_()
-    model = model.float().eval()
-
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
     tok = build_tokenizer(
         DREAM_VOCAB, DREAM_SPECIALS,
-        dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-             mask_token="<|mask|>"),
+        dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>", mask_token="<|mask|>"),
         DREAM_CHAT)
-    tok.save_pretrained(out)
-
-    model = mod.DreamModel.from_pretrained(out, torch_dtype=torch.float32).eval()
+    model = save_and_reload(model, mod.DreamModel, lambda m: m.lm_head.weight, DREAM_MASK, SEED + 1, out, tok)
 
     logits = {}
     record_inputs = {}

@@ -112,7 +112,8 @@ def released_family(spec: str | None):
     from pathlib import Path
 
     from ..model.families.load import read_config
-    from ..model.families.spec import FAMILIES, FamilyError, family_of_config
+    from ..model.families.registry import FAMILIES, family_of_config
+    from ..model.families.spec import FamilyError
     from ..model.load import family_prefix
 
     if not spec:

@@ -81,12 +81,13 @@ def load_checkpoint(path: str | Path, add_mask_token: bool = False, device: str 
     if not (p / "config.json").is_file():
         raise CheckpointError(f"{p} is not a Hugging Face checkpoint (no config.json); pass a save_pretrained directory")
     from .families.load import load_family, read_config
-    from .families.spec import family_of_config
+    from .families.registry import family_of_config
 
     raw = read_config(p)
     spec = family_of_config(raw, p, name=family)
     if spec is not None:
-        return load_family(p, spec, raw, device=device, dtype=dtype)
+        model, tok, semantics = load_family(p, spec, raw, device=device, dtype=dtype)
+        return model, tok, {**read_workbench_json(p), "family": semantics}
     try:
         tok = AutoTokenizer.from_pretrained(p)
     except Exception as e:  # noqa: BLE001 - report any tokenizer loading failure in one line

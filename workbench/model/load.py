@@ -70,8 +70,7 @@ def family_prefix(spec: str) -> tuple[str | None, str]:
     whose config says ``sdar``) into ``(family, folder)``; any other value gives ``(None, spec)``."""
     head, sep, rest = spec.partition(":")
     if sep and head and rest:
-        from .families import builtin  # noqa: F401  (registers the built-in families)
-        from .families.spec import FAMILIES
+        from .families.registry import FAMILIES
 
         if head in FAMILIES:
             return head, rest
@@ -114,7 +113,7 @@ def load_released_drafter(spec: str, target, target_tokenizer):
     from pathlib import Path
 
     from .families.load import read_config
-    from .families.spec import family_of_config
+    from .families.registry import family_of_config
 
     family, folder = family_prefix(spec)
     if family is None:

@@ -50,7 +50,22 @@ def cache_keyword(backbone: nn.Module) -> str:
     return _cache_keyword_of(type(base))
 
 
-class TriModeLM(nn.Module):
+class BackboneModule(nn.Module):
+    """A module around a transformers model held as ``self.backbone``: the device and dtype its masks and inputs
+    follow (the base of :class:`TriModeLM` and of the released families' own adapters)."""
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the backbone's parameters."""
+        return next(self.backbone.parameters()).device
+
+    @property
+    def mask_dtype(self) -> torch.dtype:
+        """The dtype of the backbone's parameters, used for additive attention masks."""
+        return next(self.backbone.parameters()).dtype
+
+
+class TriModeLM(BackboneModule):
     """Tri-mode wrapper around a causal LM.
 
     Args:
@@ -127,16 +142,6 @@ class TriModeLM(nn.Module):
     def gated(self) -> bool:
         """True when the backbone carries a gated LoRA (clean positions = the frozen base)."""
         return is_gated(self)
-
-    @property
-    def device(self) -> torch.device:
-        """The device of the backbone's parameters."""
-        return next(self.backbone.parameters()).device
-
-    @property
-    def mask_dtype(self) -> torch.dtype:
-        """The dtype of the backbone's parameters, used for additive attention masks."""
-        return next(self.backbone.parameters()).dtype
 
     # ------------------------------------------------------------------ training
     def dual_stream_logits(self, clean: torch.Tensor, noisy: torch.Tensor, block_length: int,

@@ -2,13 +2,15 @@
 
 Each entry names the built-in transformers class that computes the family, how its weight names and config
 fields map to that class, and its decoding semantics, read from the family's own code (``reference``). Adding a
-family is one entry here (or a :func:`~workbench.model.families.spec.register_family` call elsewhere) plus its
-tests in ``tests/test_dllm_families.py``.
+family is one entry here (listed in :data:`BUILTIN_FAMILIES`, which
+:mod:`~workbench.model.families.registry` registers) or a
+:func:`~workbench.model.families.registry.register_family` call elsewhere, plus its tests in
+``tests/test_dllm_families.py``.
 """
 from __future__ import annotations
 
 from .adapters import BlockCausalFamilyLM, CausalFamilyLM, RecomputeFamilyLM, WindowFamilyLM
-from .spec import FamilySpec, register_family
+from .spec import FamilySpec
 
 #: Fields of a released config that belong to the family, not to the built-in backbone's config.
 _OWN_FIELDS = ("model_type", "architectures", "auto_map", "mask_token_id", "block_size", "bd_size", "dlm_paradigm",
@@ -87,73 +89,59 @@ LLADA_INVERSE = (
 NLD_RENAMES = ((r"^encoder\.", "model."), (r"^diffusion_head\.", "lm_head."))
 NLD_INVERSE = ((r"^model\.", "encoder."), (r"^lm_head\.", "diffusion_head."))
 
-NLD = register_family(FamilySpec(
+NLD = FamilySpec(
     name="nld", model_types=("nemotron_labs_diffusion", "ministral_dlm"), backbone="ministral3",
     adapter=WindowFamilyLM, key_renames=NLD_RENAMES, inverse_renames=NLD_INVERSE, config_map=_passthrough,
     default_block=32,
     diffusion_attention="window", commit_attention="causal", modes=frozenset({"diffusion", "ar"}),
     reference="vLLM vllm/model_executor/models/nemotron_dllm.py; NLD remote code generate_with_prefix_cache_block_diff",
     description="Nemotron-Labs-Diffusion 3B/8B/14B (Ministral3; block 32; causal prefix, block bidirectional, "
-                "AR mode)"))
+                "AR mode)")
 
-SDAR = register_family(FamilySpec(
+SDAR = FamilySpec(
     name="sdar", model_types=("sdar",), backbone="qwen3", adapter=BlockCausalFamilyLM, config_map=_passthrough,
     default_block=4, diffusion_attention="block_causal", commit_attention="block_causal", aligned=True,
     reference="JetAstra/SDAR generate.py block_diffusion_generate",
-    description="SDAR (Qwen3; block-causal at absolute positions, block 4)"))
+    description="SDAR (Qwen3; block-causal at absolute positions, block 4)")
 
-LLADA = register_family(FamilySpec(
+LLADA = FamilySpec(
     name="llada", model_types=("llada",), backbone="llama", adapter=RecomputeFamilyLM, key_renames=LLADA_RENAMES,
     inverse_renames=LLADA_INVERSE, config_map=_llada_config, inverse_config=_llada_inverse, block_field=None,
     diffusion_attention="full",
     commit_attention=None, reference="ML-GSAI/LLaDA generate.py; modeling_llada.py",
-    description="LLaDA-8B (Llama with renamed weights; fully bidirectional, no KV cache)"))
+    description="LLaDA-8B (Llama with renamed weights; fully bidirectional, no KV cache)")
 
-DREAM = register_family(FamilySpec(
+DREAM = FamilySpec(
     name="dream", model_types=("Dream",), backbone="qwen2", adapter=RecomputeFamilyLM, config_map=_passthrough,
     block_field=None, diffusion_attention="full", commit_attention=None, shift=True,
     reference="Dream generation_utils.py diffusion_generate / _sample",
-    description="Dream-7B (Qwen2; fully bidirectional, shifted logits, no KV cache)"))
+    description="Dream-7B (Qwen2; fully bidirectional, shifted logits, no KV cache)")
 
-FAST_DLLM_V2 = register_family(FamilySpec(
+FAST_DLLM_V2 = FamilySpec(
     name="fast_dllm_v2", model_types=("Fast_dLLM_Qwen",), backbone="qwen2", adapter=BlockCausalFamilyLM,
     config_map=_passthrough, mask_field=None, mask_token="|<MASK>|", block_field="bd_size", default_block=32,
     diffusion_attention="block_causal",
     commit_attention="block_causal", shift=True, aligned=True,
     reference=("NVlabs/Fast-dLLM v2/ (modeling + generate; the mask id 151665 is the token |<MASK>|, not a "
                "config field)"),
-    description="Fast-dLLM v2 (Qwen2; block-causal at absolute positions, bd_size 32, shifted logits)"))
+    description="Fast-dLLM v2 (Qwen2; block-causal at absolute positions, bd_size 32, shifted logits)")
 
-IDLM = register_family(FamilySpec(
+IDLM = FamilySpec(
     name="idlm", model_types=(), backbone="qwen3", adapter=CausalFamilyLM, config_map=_passthrough, block_field=None,
     diffusion_attention="causal", commit_attention="causal", shift=True, modes=frozenset({"diffusion", "ar"}),
     matches=lambda raw: raw.get("model_type") == "sdar" and raw.get("block_size") == 1,
     reference="I-DLM (SDAR format, converted Qwen3): strictly causal, shifted; SGLang IDLMBlockN",
-    description="I-DLM-8B (Qwen3 in SDAR's format with block_size 1; causal, shifted, AR mode)"))
+    description="I-DLM-8B (Qwen3 in SDAR's format with block_size 1; causal, shifted, AR mode)")
 
 
 
 def _load_diffusion_gemma(path, raw: dict, device, dtype):
     """DiffusionGemma's native class (transformers 5.24), loaded strictly from the folder."""
     from transformers import DiffusionGemmaForBlockDiffusion
-    from transformers.utils import logging as hf_logging
 
-    from .spec import FamilyError
+    from .load import load_weights
 
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        model, info = DiffusionGemmaForBlockDiffusion.from_pretrained(path, dtype=dtype, output_loading_info=True)
-    except Exception as e:  # noqa: BLE001
-        raise FamilyError(f"could not load the diffusion_gemma weights of {path}: {type(e).__name__}: "
-                          f"{' '.join(str(e).split())[:300]}") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
-    missing = sorted(info.get("missing_keys") or [])
-    if missing:
-        raise FamilyError(f"{path}: {len(missing)} weights of the diffusion_gemma layout were not loaded (first: "
-                          f"{missing[0]}); the folder's weights are incomplete")
-    return model
+    return load_weights(DiffusionGemmaForBlockDiffusion, path, "diffusion_gemma", dtype=dtype)
 
 
 def _diffusion_gemma_adapter(backbone, spec, mask_token_id, block_size):
@@ -164,11 +152,15 @@ def _diffusion_gemma_adapter(backbone, spec, mask_token_id, block_size):
     return model
 
 
-DIFFUSION_GEMMA = register_family(FamilySpec(
+DIFFUSION_GEMMA = FamilySpec(
     name="diffusion_gemma", model_types=("diffusion_gemma",), backbone=None, adapter=_diffusion_gemma_adapter,
     loader=_load_diffusion_gemma, mask_field=None, block_field="canvas_length", default_block=256,
     diffusion_attention="window", commit_attention="causal",
     reference="transformers 5.24 models/diffusion_gemma (DiffusionGemmaGenerationMixin.generate)",
-    description="DiffusionGemma (native transformers class; no mask token, canvases of random tokens re-noised)"))
+    description="DiffusionGemma (native transformers class; no mask token, canvases of random tokens re-noised)")
 
-__all__ = ["NLD", "SDAR", "LLADA", "DREAM", "FAST_DLLM_V2", "IDLM", "DIFFUSION_GEMMA", "LLADA_RENAMES", "NLD_RENAMES"]
+#: Every built-in family, in the order the registry tries them.
+BUILTIN_FAMILIES = (NLD, SDAR, LLADA, DREAM, FAST_DLLM_V2, IDLM, DIFFUSION_GEMMA)
+
+__all__ = ["BUILTIN_FAMILIES", "NLD", "SDAR", "LLADA", "DREAM", "FAST_DLLM_V2", "IDLM", "DIFFUSION_GEMMA",
+           "LLADA_RENAMES", "NLD_RENAMES"]

@@ -34,6 +34,8 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from ..trimode import BackboneModule
+
 #: Text sub-config of :func:`tiny_diffusion_gemma` (besides the vocabulary): a two-layer MoE model with one
 #: sliding-window layer (window 16) and one full layer (docs: /work/shared/research/dllm-formats.md).
 TINY_TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
@@ -46,7 +48,7 @@ TINY_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, nu
                    num_key_value_heads=2, head_dim=16, position_embedding_size=64)
 
 
-class DiffusionGemmaLM(nn.Module):
+class DiffusionGemmaLM(BackboneModule):
     """Workbench adapter of a ``DiffusionGemmaForBlockDiffusion``.
 
     Args:
@@ -98,16 +100,6 @@ class DiffusionGemmaLM(nn.Module):
     def canvas_length(self) -> int:
         """Tokens per canvas (the block length of block diffusion; ``config.canvas_length``, 256 when released)."""
         return int(self.backbone.config.canvas_length)
-
-    @property
-    def device(self) -> torch.device:
-        """The device of the backbone's parameters."""
-        return next(self.backbone.parameters()).device
-
-    @property
-    def mask_dtype(self) -> torch.dtype:
-        """The dtype of the backbone's parameters (transformers builds the masks itself; kept for the interface)."""
-        return next(self.backbone.parameters()).dtype
 
     # ------------------------------------------------------------------ cache
     def new_cache(self) -> DynamicCache:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import torch
 
-from .spec import get_family, rename_key
+from .registry import get_family
+from .spec import rename_key
 
 #: Mask token text of each family's tokenizer (the released tokenizers' own strings).
 MASK_TEXT = {"nld": "<mask>", "sdar": "<|MASK|>", "llada": "<|mdm_mask|>", "dream": "<|mask|>",

@@ -3,13 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .spec import FAMILIES, family_of_config
+from .registry import FAMILIES, family_of_config
 
 
 def family_lines() -> list[str]:
     """One line per registered family for ``workbench models list``."""
-    from . import builtin  # noqa: F401  (registers the built-in families)
-
     return [f"{s.name:24s} family      {s.description} [model_type: {', '.join(s.model_types) or 'sdar (matched)'}]"
             for s in FAMILIES.values()]
 

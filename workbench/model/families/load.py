@@ -135,6 +135,28 @@ def block_size_of(spec: FamilySpec, raw: dict, where) -> int | None:
     return block
 
 
+def load_weights(cls, path: str | Path, family: str, **kwargs):
+    """``cls.from_pretrained(path, output_loading_info=True, **kwargs)`` with transformers' load report silenced,
+    every failure as one :class:`FamilyError` line, and a weight the folder lacks refused (its value would be
+    random). Returns the model."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model, info = cls.from_pretrained(path, output_loading_info=True, **kwargs)
+    except Exception as e:  # noqa: BLE001 - one line
+        raise FamilyError(f"could not load the {family} weights of {path}: {type(e).__name__}: "
+                          f"{' '.join(str(e).split())[:300]}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:
+        raise FamilyError(f"{path}: {len(missing)} weights of the {family} layout were not loaded (first: "
+                          f"{missing[0]}); the folder's weights are incomplete")
+    return model
+
+
 def load_family(path: str | Path, spec: FamilySpec, raw: dict, device="cpu", dtype: torch.dtype = torch.float32):
     """Open the checkpoint folder ``path`` of family ``spec`` (``raw``: its ``config.json``).
 
@@ -142,16 +164,13 @@ def load_family(path: str | Path, spec: FamilySpec, raw: dict, device="cpu", dty
     sharded) under ``spec.key_renames`` with ``trust_remote_code`` never used, and wraps it in the family's adapter
     with the mask id and block size read from the checkpoint.
 
-    Returns ``(model, tokenizer, meta)``: ``meta`` is the folder's ``workbench.json`` (if any) plus ``family``
-    (:meth:`~workbench.model.families.spec.FamilySpec.semantics`, mask id and block size).
+    Returns ``(model, tokenizer, family)``: ``family`` is :meth:`~workbench.model.families.spec.FamilySpec.semantics`
+    with the mask id, block size and ``model_type`` (``workbench.model.io.load_checkpoint`` puts it in the meta).
 
     Raises :class:`FamilyError` (one line) for weights that do not fit the layout, a tokenizer that cannot be
     read, a mask id outside the vocabulary or a bad block size.
     """
     from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    from ..io import read_workbench_json
 
     p = Path(path)
     tok = load_tokenizer(p)
@@ -160,20 +179,8 @@ def load_family(path: str | Path, spec: FamilySpec, raw: dict, device="cpu", dty
     else:
         cfg = backbone_config(spec, raw)
         check_layout(spec, cfg, checkpoint_keys(p), p)
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()
-        try:
-            backbone, info = AutoModelForCausalLM.from_pretrained(
-                p, config=cfg, dtype=dtype, key_mapping=dict(spec.key_renames) or None, output_loading_info=True)
-        except Exception as e:  # noqa: BLE001
-            raise FamilyError(f"could not load the {spec.name} weights of {p}: {type(e).__name__}: "
-                              f"{' '.join(str(e).split())[:300]}") from None
-        finally:
-            hf_logging.set_verbosity(verbosity)
-        missing = sorted(info.get("missing_keys") or [])
-        if missing:
-            raise FamilyError(f"{p}: {len(missing)} weights of the {spec.name} layout were not loaded (first: "
-                              f"{missing[0]}); the folder's weights are incomplete")
+        backbone = load_weights(AutoModelForCausalLM, p, spec.name, config=cfg, dtype=dtype,
+                                key_mapping=dict(spec.key_renames) or None)
     rows = backbone.get_input_embeddings().num_embeddings
     mask = mask_token_of(spec, raw, tok, rows, p)
     block = block_size_of(spec, raw, p)
@@ -181,11 +188,9 @@ def load_family(path: str | Path, spec: FamilySpec, raw: dict, device="cpu", dty
         tok.mask_token = tok.convert_ids_to_tokens(mask)      # the checkpoint's own token, no row added
     backbone.to(device).eval()
     model = spec.adapter(backbone, spec, mask, block)
-    meta = dict(read_workbench_json(p))
-    meta["family"] = {**spec.semantics(), "mask_token_id": mask, "block_size": block,
-                      "model_type": raw.get("model_type")}
-    return model, tok, meta
+    family = {**spec.semantics(), "mask_token_id": mask, "block_size": block, "model_type": raw.get("model_type")}
+    return model, tok, family
 
 
-__all__ = ["load_family", "read_config", "checkpoint_keys", "backbone_config", "check_layout", "load_tokenizer",
+__all__ = ["load_family", "load_weights", "read_config", "checkpoint_keys", "backbone_config", "check_layout", "load_tokenizer",
            "mask_token_of", "block_size_of"]

@@ -1,5 +1,6 @@
-"""The family registry: a released diffusion LM's ``model_type`` → built-in transformers backbone, weight-name map
-and decoding semantics (issue 57 §1; facts per family in ``docs/models.md``, "Released diffusion LMs").
+"""What a family of released diffusion LMs is: a ``model_type`` → built-in transformers backbone, weight-name map and
+decoding semantics (issue 57 §1; facts per family in ``docs/models.md``, "Released diffusion LMs"). The registry of
+families is :mod:`workbench.model.families.registry`; the built-in entries are :mod:`.builtin`.
 
 A family's semantics live in its :class:`FamilySpec` and its adapter class alone
 (:mod:`workbench.model.families.adapters`); decoders, the collector, the SOL search and the trainers call the
@@ -109,10 +110,6 @@ class FamilySpec:
                 "exact_cache": self.exact_cache, "modes": sorted(self.modes)}
 
 
-#: Registered families by name.
-FAMILIES: dict[str, FamilySpec] = {}
-
-
 def rename_key(key: str, renames: tuple[tuple[str, str], ...]) -> str:
     """Apply ``renames`` (``(pattern, replacement)`` regular expressions) to ``key`` in order, each once, as
     transformers' ``key_mapping`` does when loading."""
@@ -123,68 +120,4 @@ def rename_key(key: str, renames: tuple[tuple[str, str], ...]) -> str:
     return key
 
 
-def register_family(spec: FamilySpec) -> FamilySpec:
-    """Add ``spec`` to :data:`FAMILIES`. Raises ``ValueError`` when one of its ``model_types`` already belongs to
-    another family (a ``model_type`` resolves to one family)."""
-    for other in FAMILIES.values():
-        clash = set(other.model_types) & set(spec.model_types)
-        if other.name != spec.name and clash:
-            raise ValueError(f"family {spec.name}: model_type {sorted(clash)[0]!r} is already {other.name}'s")
-    FAMILIES[spec.name] = spec
-    return spec
-
-
-def registered_model_types() -> list[str]:
-    """Every ``model_type`` a registered family opens, sorted."""
-    return sorted(t for s in FAMILIES.values() for t in s.model_types)
-
-
-def family_of_config(raw: dict, where="", name: str | None = None) -> FamilySpec | None:
-    """The family of a checkpoint's raw ``config.json`` dict, or ``None`` for an ordinary causal LM.
-
-    Args:
-        raw: the parsed ``config.json``.
-        where: the folder, for messages.
-        name: a family name given by the user (``--model <family>:<folder>``), which wins over ``model_type``.
-
-    Raises :class:`FamilyError` (one line) for an unknown family name, and for a ``model_type`` that is not a
-    transformers class and not registered but ships remote code (``auto_map``): that checkpoint needs a
-    registered family, and the message lists the registered ones and how to add one.
-    """
-    from . import builtin  # noqa: F401  (registers the built-in families)
-
-    if name is not None:
-        if name not in FAMILIES:
-            raise FamilyError(f"unknown model family {name!r}; registered: {', '.join(sorted(FAMILIES))}")
-        return FAMILIES[name]
-    mtype = raw.get("model_type")
-    for spec in FAMILIES.values():
-        if spec.matches is not None and spec.matches(raw):
-            return spec
-    for spec in FAMILIES.values():
-        if mtype in spec.model_types:
-            return spec
-    if raw.get("auto_map") and not _is_transformers_type(mtype):
-        raise FamilyError(f"{where}: model_type {mtype!r} ships only remote code, which the workbench never runs; "
-                          f"registered families: {', '.join(registered_model_types())} (add one with "
-                          "workbench.model.families.register_family, see docs/models.md)")
-    return None
-
-
-def _is_transformers_type(mtype) -> bool:
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    return isinstance(mtype, str) and mtype in CONFIG_MAPPING
-
-
-def get_family(name: str) -> FamilySpec:
-    """The registered family ``name``; raises :class:`FamilyError` listing the registered ones."""
-    from . import builtin  # noqa: F401
-
-    if name not in FAMILIES:
-        raise FamilyError(f"unknown model family {name!r}; registered: {', '.join(sorted(FAMILIES))}")
-    return FAMILIES[name]
-
-
-__all__ = ["rename_key", "ATTENTIONS", "MODES", "FAMILIES", "FamilySpec", "FamilyError", "register_family",
-           "get_family", "family_of_config", "registered_model_types"]
+__all__ = ["rename_key", "ATTENTIONS", "MODES", "FamilySpec", "FamilyError"]
