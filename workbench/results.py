@@ -118,17 +118,18 @@ def leaderboard_figures(df, cfg, ceilings=None) -> list[dict]:
                f"\"{list(cfg.thresholds)}\" --precision {cfg.precision}")
     base = {"model": cfg.model, "adapter": cfg.adapter, "command": command, "setting": setting}
     units = {"tpf": "tokens per target forward", "speedup": "× AR greedy tokens/s", "lossless": "bool",
-             "agree_serial": "token agreement", "ceiling_tpf": "tokens per forward"}
+             "agree_serial": "token agreement"}
     figures = []
     for _, r in df.iterrows():
         if r.get("status") != "ok":
             continue
         ceiling = r.get("ceiling")
-        units["ceiling_tpf"] = f"tokens per forward, SOL({ceiling})" if isinstance(ceiling, str) else "tokens per forward"
+        row_units = {**units, "ceiling_tpf": "tokens per forward"
+                     + (f", SOL({ceiling})" if isinstance(ceiling, str) else "")}
         t = r.get("threshold")
         tag = f"leaderboard/{cfg.model}/{r['mode']}/{r['decoder']}/B{int(r['block_length'])}/" \
               f"t{'' if t is None or (isinstance(t, float) and math.isnan(t)) else t}"
-        for metric, unit in units.items():
+        for metric, unit in row_units.items():
             value = r.get(metric)
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 continue

@@ -62,6 +62,7 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
     step_tok: list[list[list[int]]] = [[] for _ in range(n)]
     ones = torch.ones((n, b), dtype=torch.bool, device=dev)
     calls = 0
+    commit_forward = int(getattr(model, "commit_forward", True))   # 0: the family recomputes instead of committing
     t0 = time.perf_counter()
     with autocast_for(dev, precision):
         cache = model.new_cache()
@@ -117,13 +118,12 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
             committed = real[:, start:start + b] if real is not None else block
             if start + b == gen_len and not commit_last_block:
                 break
-            commit_forward = getattr(model, "commit_forward", True)     # False: the family recomputes instead
             if use_cache:
                 last = model.extend(committed, cache, kv, logits_to_keep=1)  # KV commit (logits read when seeding)
-                calls += int(commit_forward)
+                calls += commit_forward
             ctx_ids, ctx_valid = torch.cat([ctx_ids, committed], 1), kv
             for r in range(n):
-                extra[r] += int(commit_forward)
+                extra[r] += commit_forward
     wall = time.perf_counter() - t0
     return DecodeResult(tokens=out.tolist(), forwards=forwards, extra_forwards=extra,
                         committed_per_step=per_step, step_tokens=step_tok, wall_time=wall, model_calls=calls,

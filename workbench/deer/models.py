@@ -61,12 +61,14 @@ def check_speaks_target(target: TriModeLM, target_tok: PreTrainedTokenizerBase, 
     """Raise :class:`TokenizerMismatchError` (one line) unless every token of the target's vocabulary has the same
     id in the drafter's (the drafter may add tokens: its mask, a separator) and both models' logits have one width.
     ``what``: the drafter, for the message."""
-    want, got = target_tok.get_vocab(), drafter_tok.get_vocab()
-    foreign = next((t for t, i in sorted(want.items(), key=lambda kv: kv[1]) if got.get(t) != i), None)
+    from ..model.load import foreign_token
+
+    foreign = foreign_token(target_tok, drafter_tok)
     if foreign is not None:
         raise TokenizerMismatchError(f"the drafter {what} does not speak the target's tokenizer (token {foreign!r} is "
-                                     f"id {want[foreign]} in the target but {got.get(foreign)} in the drafter); "
-                                     "start from a dLLM of the target's tokenizer")
+                                     f"id {target_tok.get_vocab()[foreign]} in the target but "
+                                     f"{drafter_tok.get_vocab().get(foreign)} in the drafter); start from a dLLM of "
+                                     "the target's tokenizer")
     check_vocab_sizes(target, drafter)
 
 
@@ -100,32 +102,21 @@ def _forward_of(spec) -> str:
 
 
 def released_family(spec: str | None):
-    """The :class:`~workbench.model.families.spec.FamilySpec` of ``spec`` when it is a released diffusion LM (a
-    folder whose ``config.json`` names a registered family, or ``<family>:<folder>``), else ``None`` (a tri-mode
-    checkpoint, ``builtin:<name>``, a named model, a missing path). Reads only ``config.json``.
+    """The :class:`~workbench.model.families.spec.FamilySpec` of ``spec`` when it is a released diffusion LM
+    (:func:`workbench.model.load.released_family`), else ``None``. Reads only ``config.json``.
 
     Raises :class:`~workbench.model.families.spec.FamilyError` (one line, naming the family) for a family whose
     forward cannot serve DEER's drafter (:func:`serves_deer`): DEER's drafter attends causally to the verified prefix
     (a KV cache) and bidirectionally to ``[SEP, masks]``, unshifted, which is NLD's window attention; SDAR and
     Fast-dLLM v2 (block-causal at absolute positions), LLaDA and Dream (full attention, no KV cache), I-DLM (causal,
     shifted) and DiffusionGemma (no mask token) are refused."""
-    from pathlib import Path
-
-    from ..model.families.load import read_config
-    from ..model.families.registry import FAMILIES, family_of_config
+    from ..model.families.registry import FAMILIES
     from ..model.families.spec import FamilyError
-    from ..model.load import family_prefix
+    from ..model.load import family_prefix, released_family as find_family
 
-    if not spec:
-        return None
-    name, folder = family_prefix(str(spec))
-    if name is not None:
-        fam = FAMILIES[name]
-    elif (Path(folder) / "config.json").is_file():
-        fam = family_of_config(read_config(folder), folder)
-    else:
-        return None
+    fam = find_family(spec)
     if fam is not None and not serves_deer(fam):
+        folder = family_prefix(str(spec))[1]
         able = ", ".join(sorted(s.name for s in FAMILIES.values() if serves_deer(s)))
         raise FamilyError(f"a DEER drafter cannot start from the {fam.name} checkpoint {folder}: its forward has "
                           f"{_forward_of(fam)}, but DEER's drafter reads the verified prefix causally (KV cache) and "

@@ -103,32 +103,50 @@ def load_model(spec: str, device="cpu", add_mask_token: bool = False, dtype: tor
     return model, tok, meta
 
 
-def load_released_drafter(spec: str, target, target_tokenizer):
-    """A released diffusion LM (:mod:`workbench.model.families`) loaded as a drafter for ``target``, or ``None`` when
-    ``spec`` is not one (a folder whose ``config.json`` names a registered family, or ``<family>:<folder>``).
-
-    The drafter must speak the target's tokenizer: every token of the target's vocabulary has the same id in the
-    drafter's (the drafter may add tokens, as Dream adds its mask token to Qwen2.5's vocabulary), and both have
-    logits of the same width. Raises :class:`AdapterMismatchError` (one line) otherwise."""
+def released_family(spec: str | None):
+    """The :class:`~workbench.model.families.spec.FamilySpec` of ``spec`` when it is a released diffusion LM (a
+    folder whose ``config.json`` names a registered family, or ``<family>:<folder>``), else ``None`` (a tri-mode
+    checkpoint, ``builtin:<name>``, a named model, a missing path). Reads only ``config.json``."""
     from pathlib import Path
 
     from .families.load import read_config
-    from .families.registry import family_of_config
+    from .families.registry import FAMILIES, family_of_config
 
-    family, folder = family_prefix(spec)
-    if family is None:
-        if not (Path(folder) / "config.json").is_file() or family_of_config(read_config(folder), folder) is None:
-            return None
+    if not spec:
+        return None
+    family, folder = family_prefix(str(spec))
+    if family is not None:
+        return FAMILIES[family]
+    if not (Path(folder) / "config.json").is_file():
+        return None
+    return family_of_config(read_config(folder), folder)
+
+
+def foreign_token(target_tokenizer, drafter_tokenizer) -> str | None:
+    """The first token (by id) of the target's vocabulary whose id differs in the drafter's, or ``None`` when the
+    drafter speaks the target's tokenizer (it may add tokens, as Dream adds its mask token to Qwen2.5's)."""
+    want, got = target_tokenizer.get_vocab(), drafter_tokenizer.get_vocab()
+    return next((t for t, i in sorted(want.items(), key=lambda kv: kv[1]) if got.get(t) != i), None)
+
+
+def load_released_drafter(spec: str, target, target_tokenizer):
+    """A released diffusion LM (:func:`released_family`) loaded as a drafter for ``target``, or ``None`` when
+    ``spec`` is not one.
+
+    The drafter must speak the target's tokenizer (:func:`foreign_token`), and both must have logits of the same
+    width. Raises :class:`AdapterMismatchError` (one line) otherwise."""
+    if released_family(spec) is None:
+        return None
     drafter, dtok, _ = load_model(spec, target.device)
-    want, got = target_tokenizer.get_vocab(), dtok.get_vocab()
-    foreign = next((t for t, i in want.items() if got.get(t) != i), None)
+    foreign = foreign_token(target_tokenizer, dtok)
     if foreign is not None or drafter.vocab_size != target.vocab_size:
-        why = (f"token {foreign!r} is id {want[foreign]} in the target but {got.get(foreign)} in the drafter"
-               if foreign is not None else f"logits of {drafter.vocab_size} vs {target.vocab_size} tokens")
+        why = (f"token {foreign!r} is id {target_tokenizer.get_vocab()[foreign]} in the target but "
+               f"{dtok.get_vocab().get(foreign)} in the drafter" if foreign is not None
+               else f"logits of {drafter.vocab_size} vs {target.vocab_size} tokens")
         raise AdapterMismatchError(f"the drafter {spec} does not speak the target's tokenizer ({why}); use a drafter "
                                    "of the target's tokenizer")
     return drafter
 
 
-__all__ = ["load_released_drafter", "family_prefix", "load_model", "resolve_device", "attach_adapter",
-           "AdapterMismatchError"]
+__all__ = ["released_family", "foreign_token", "load_released_drafter", "family_prefix", "load_model",
+           "resolve_device", "attach_adapter", "AdapterMismatchError"]

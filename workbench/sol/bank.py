@@ -16,6 +16,14 @@ from ..model.kv_cache import GrowableLayer
 from ..model.window import PositionCache
 
 
+def top_and_confidence(logits: torch.Tensor, mask_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(top, conf)`` ``(R, B)`` on the CPU: the argmax of ``logits`` ``(R, B, V)`` (float32) and its probability,
+    the mask token never predicted (its column set to ``-inf`` in place)."""
+    logits[..., mask_token_id] = float("-inf")
+    conf, top = torch.softmax(logits, dim=-1).max(dim=-1)
+    return top.cpu(), conf.cpu()
+
+
 def make_bank(model, prompts: list[list[int]], extra_cols: int, pad_id: int, precision: str = "fp32",
               batch: int = 32, room: int = 32):
     """The prefix bank for ``model``: a :class:`PrefixBank` of KV columns where the model's commits are causal KV
@@ -59,9 +67,7 @@ class IdBank:
             self.model.extend(self.ids[rows], cache, valid, logits_to_keep=1)
             kv = torch.cat([valid, torch.ones(states.shape, dtype=torch.bool, device=valid.device)], 1)
             logits = self.model.diffusion_logits(states.to(valid.device), cache, kv).float()
-        logits[..., self.model.mask_token_id] = float("-inf")
-        conf, top = torch.softmax(logits, dim=-1).max(dim=-1)
-        return top.cpu(), conf.cpu()
+        return top_and_confidence(logits, self.model.mask_token_id)
 
 
 class PrefixBank:
@@ -130,6 +136,4 @@ class PrefixBank:
             cache, valid = self.cache_for(rows)
             kv = torch.cat([valid, torch.ones(states.shape, dtype=torch.bool, device=valid.device)], 1)
             logits = self.model.diffusion_logits(states.to(valid.device), cache, kv).float()
-        logits[..., self.model.mask_token_id] = float("-inf")  # never predict the mask token itself
-        conf, top = torch.softmax(logits, dim=-1).max(dim=-1)
-        return top.cpu(), conf.cpu()
+        return top_and_confidence(logits, self.model.mask_token_id)

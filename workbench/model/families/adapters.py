@@ -181,18 +181,21 @@ class BlockCausalFamilyLM(FamilyLM):
         cache.family_state = st
         return st
 
-    def _forward(self, st: _BlockState, cache, seq, seq_valid, cols: torch.Tensor):
-        """Forward ``seq`` ``(N, T)`` after the cache under block-causal attention; appends ``T`` columns.
-        Returns position ids ``(N, T)`` and the logits of columns ``cols`` ``(N, len(cols), V)``."""
-        pos = (st.count[:, None] + seq_valid.long().cumsum(1) - 1).clamp_min(0)
+    @staticmethod
+    def _positions(st: _BlockState, seq_valid: torch.Tensor) -> torch.Tensor:
+        """Position ids ``(N, T)`` of the tokens after the committed ones (the valid ones counted)."""
+        return (st.count[:, None] + seq_valid.long().cumsum(1) - 1).clamp_min(0)
+
+    def _forward(self, st: _BlockState, cache, seq, seq_valid, cols: torch.Tensor, pos: torch.Tensor):
+        """Forward ``seq`` ``(N, T)`` at position ids ``pos`` after the cache under block-causal attention; appends
+        ``T`` columns. Returns the logits of columns ``cols`` ``(N, len(cols), V)``."""
         k_pos = torch.cat([st.pos, pos], 1)
         k_ok = torch.cat([st.valid, seq_valid], 1)
         allowed = position_allowed(pos, k_pos, k_ok, "block_causal", self.block_size)
         t = seq.shape[1]
         diag = torch.arange(t, device=seq.device)
         allowed[:, diag, k_pos.shape[1] - t + diag] = True          # a padding query sees itself (no empty row)
-        logits = self.call_backbone(seq, pos, to_additive(allowed, self.mask_dtype), cache, logits_to_keep=cols)
-        return pos, logits
+        return self.call_backbone(seq, pos, to_additive(allowed, self.mask_dtype), cache, logits_to_keep=cols)
 
     def extend(self, ids, cache, key_valid, logits_to_keep: int = 0):
         """Commit ``ids`` ``(N, Q)`` (valid where ``key_valid[:, -Q:]``): with the held-back tokens before them,
@@ -208,12 +211,12 @@ class BlockCausalFamilyLM(FamilyLM):
         boundary = total // s * s
         keep = q if not 0 < logits_to_keep < q else logits_to_keep
         want = list(range(t - keep, t))
-        rel = (st.count[:, None] + seq_valid.long().cumsum(1) - 1)
-        commit = seq_valid & (rel < boundary[:, None])
+        pos = self._positions(st, seq_valid)
+        commit = seq_valid & (pos < boundary[:, None])
         last_col = torch.where(commit.any(1), t - 1 - commit.flip(1).long().argmax(1), torch.zeros_like(total))
         cols = sorted(set(want) | set(last_col.tolist()))
         col_t = torch.tensor(cols, dtype=torch.long, device=ids.device)
-        pos, logits = self._forward(st, cache, seq, seq_valid, col_t)
+        logits = self._forward(st, cache, seq, seq_valid, col_t, pos)
         index = {c: i for i, c in enumerate(cols)}
         has = commit.any(1)
         if has.any():
@@ -238,7 +241,7 @@ class BlockCausalFamilyLM(FamilyLM):
         t = st.pend_ids.shape[1]
         first = t - 1 if self.family.shift else t
         cols = torch.arange(max(first, 0), t + b - (1 if self.family.shift else 0), device=block.device)
-        _, logits = self._forward(st, cache, seq, seq_valid, cols)
+        logits = self._forward(st, cache, seq, seq_valid, cols, self._positions(st, seq_valid))
         cache.crop(-(t + b))
         if not self.family.shift:
             return logits
@@ -283,13 +286,13 @@ class BlockCausalFamilyLM(FamilyLM):
         dev = ids.device
         t, c = st.pend_ids.shape[1], st.pos.shape[1]
         new_valid = key_valid[:, -q:].to(dev).bool()
-        held_pos = (st.count[:, None] + st.pend_valid.long().cumsum(1) - 1).clamp_min(0)
+        held_pos = self._positions(st, st.pend_valid)
         start = st.count + st.pend_valid.long().sum(1)
         new_pos = start[:, None] + torch.as_tensor(pos_offsets, device=dev).long().expand(n, q)
         seq, pos = torch.cat([st.pend_ids, ids], 1), torch.cat([held_pos, new_pos], 1)
         k_pos = torch.cat([st.pos, pos], 1)
         k_ok = torch.cat([st.valid, st.pend_valid, new_valid], 1)
-        allowed = position_allowed(pos, k_pos, k_ok, "block_causal", self.block_size).clone()
+        allowed = position_allowed(pos, k_pos, k_ok, "block_causal", self.block_size)
         within = torch.as_tensor(allowed_within, device=dev).bool().expand(n, q, q)
         allowed[:, t:, c + t:] = within & new_valid[:, None, :]
         if held_visible is not None:
