@@ -174,26 +174,26 @@ def test_auto_precision_follows_native_bf16(monkeypatch):
     import warnings
 
     from workbench.decoding import base
-    from workbench.decoding.base import DecodeError, autocast_for, native_bf16, resolve_precision
+    from workbench.decoding.base import NATIVE_BF16_ENV, DecodeError, autocast_for, native_bf16, resolve_precision
 
     cpu = torch.device("cpu")
+    monkeypatch.delenv(NATIVE_BF16_ENV, raising=False)
     # 'auto' follows oneDNN's own check on this machine, and the explicit names pass through unchanged
     assert native_bf16(cpu) == bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     assert resolve_precision("auto", cpu) == ("bf16" if native_bf16(cpu) else "fp32")
     assert [resolve_precision(p, "cpu") for p in ("fp32", "bf16", "bf16-true")] == ["fp32", "bf16", "bf16-true"]
     with pytest.raises(DecodeError, match="valid: fp32, bf16, bf16-true"):
         resolve_precision("fp16", cpu)
-    # both branches of 'auto', whatever this CPU is; bf16 on an emulating CPU warns once, fp32 never
+    # both kinds of CPU, whatever this one is: through the environment override and by patching the check
+    for native, want in (("1", "bf16"), ("0", "fp32")):
+        monkeypatch.setenv(NATIVE_BF16_ENV, native)
+        assert native_bf16(cpu) is (native == "1") and resolve_precision("auto", cpu) == want
+        with warnings.catch_warnings(record=True) as seen:      # bf16 chosen by the user: no notice on either kind
+            warnings.simplefilter("always")
+            assert isinstance(autocast_for(cpu, "bf16"), torch.autocast)
+            assert not isinstance(autocast_for(cpu, "fp32"), torch.autocast)
+        assert seen == []
+    monkeypatch.delenv(NATIVE_BF16_ENV)
     for native, want in ((True, "bf16"), (False, "fp32")):
         monkeypatch.setattr(base, "native_bf16", lambda device, native=native: native)
         assert resolve_precision("auto", cpu) == want
-    base._warn_if_emulated_bf16.cache_clear()
-    with pytest.warns(UserWarning, match="without native bf16") as first:
-        ctx = autocast_for(cpu, "bf16")
-    assert isinstance(ctx, torch.autocast) and len(first) == 1
-    with warnings.catch_warnings(record=True) as later:
-        warnings.simplefilter("always")
-        assert isinstance(autocast_for(cpu, "bf16"), torch.autocast)                 # already warned
-        assert not isinstance(autocast_for(cpu, "fp32"), torch.autocast)             # fp32: no autocast, no warning
-    assert later == []
-    base._warn_if_emulated_bf16.cache_clear()

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-import warnings
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -156,53 +155,54 @@ def check_threshold(threshold: float) -> float:
 #: Decoding precisions, named as Lightning names them: 'fp32'; 'bf16' (bf16-mixed: fp32 weights, bf16 autocast);
 #: 'bf16-true' (weights stored in bf16, see :func:`cast_for_precision`, and the same autocast).
 PRECISIONS = ("fp32", "bf16", "bf16-true")
+#: What a command's ``--precision`` option takes: :data:`PRECISIONS` or 'auto' (:func:`resolve_precision`).
+PRECISION_OPTIONS = ("auto", *PRECISIONS)
+#: Environment variable that overrides the CPU's native-bf16 check (``1`` / ``0``): to reproduce the behaviour of
+#: a machine of the other kind (the test suite runs both), never to make bf16 fast.
+NATIVE_BF16_ENV = "WORKBENCH_NATIVE_BF16"
 
 
-def check_precision(precision: str) -> str:
-    """Return ``precision``; raises :class:`DecodeError` listing the valid names otherwise."""
-    if precision not in PRECISIONS:
-        raise DecodeError(f"unknown precision {precision!r}; valid: {', '.join(PRECISIONS)}")
+def check_precision(precision: str, allow_auto: bool = False) -> str:
+    """Return ``precision``; raises :class:`DecodeError` listing the valid names otherwise (with ``allow_auto``,
+    'auto' is valid too: a command's option, resolved by :func:`resolve_precision` once the device is known)."""
+    valid = PRECISION_OPTIONS if allow_auto else PRECISIONS
+    if precision not in valid:
+        raise DecodeError(f"unknown precision {precision!r}; valid: {', '.join(valid)}")
     return precision
 
 
 def native_bf16(device: torch.device | str) -> bool:
     """Whether ``device`` multiplies bf16 matrices natively. A CPU without AVX-512 BF16 or AMX (oneDNN's check)
     emulates them: on a 2-core AMD EPYC with AVX2 only, a ``(512, 576) × (576, 1536)`` product took 120 ms in bf16
-    against 18 ms in fp32 (2026-11-27), so bf16 there is slower, not faster."""
+    against 18 ms in fp32, so bf16 there is slower, not faster. On a CPU, :data:`NATIVE_BF16_ENV` (``0`` or ``1``)
+    overrides the check."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     if device.type == "cpu":
+        forced = os.environ.get(NATIVE_BF16_ENV, "").strip()
+        if forced in ("0", "1"):
+            return forced == "1"
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     return True
 
 
 def resolve_precision(precision: str, device: torch.device | str) -> str:
-    """``'auto'`` → ``'bf16'`` (autocast) where :func:`native_bf16`, else ``'fp32'``; any other name is returned
-    after :func:`check_precision`. Raises :class:`DecodeError` for an unknown name."""
+    """``'auto'`` → ``'bf16'`` (autocast) where :func:`native_bf16`, else ``'fp32'`` (the precision guide: a CPU
+    that emulates bf16 runs it several times slower than fp32); any other name is returned after
+    :func:`check_precision`, unchanged and without a notice: the user chose it. Raises :class:`DecodeError` for an
+    unknown name."""
     if precision == "auto":
         return "bf16" if native_bf16(device) else "fp32"
     return check_precision(precision)
 
 
-@functools.lru_cache(maxsize=None)
-def _warn_if_emulated_bf16(device_type: str, precision: str) -> None:
-    """Warn once per device type and precision when :func:`native_bf16` is False (cached: decoding calls
-    :func:`autocast_for` every forward)."""
-    if not native_bf16(torch.device(device_type)):
-        why = " (no AVX-512 BF16 or AMX)" if device_type == "cpu" else ""
-        warnings.warn(f"precision {precision!r} on a {device_type} without native bf16 matmuls{why} runs several times "
-                      "slower than 'fp32': use --precision fp32 (or 'auto' in the demo)", stacklevel=3)
-
-
 def autocast_for(device: torch.device, precision: str):
     """``torch.autocast`` context for ``precision`` on ``device``: bf16 autocast for 'bf16' and 'bf16-true'
     (on bf16 weights it casts nothing, and it keeps mixed-dtype helpers such as an fp32 sampler working), none
-    for 'fp32'. Warns once per process when the device emulates bf16 (:func:`native_bf16`). Raises
-    :class:`DecodeError` for an unknown precision."""
+    for 'fp32'. Raises :class:`DecodeError` for an unknown precision."""
     if check_precision(precision) == "fp32":
         return contextlib.nullcontext()
-    _warn_if_emulated_bf16(device.type, precision)
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 

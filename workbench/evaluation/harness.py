@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from ..corpus import by_split, load_corpus
 from ..decoding import DecodeResult, get_policy
-from ..decoding.base import DecodeError, check_lengths, check_threshold
+from ..decoding.base import DecodeError, cast_for_precision, check_lengths, check_precision, check_threshold, resolve_precision
 from ..model.load import load_model, resolve_device
 from .metrics import (agreement, ar_token_logprobs, first_line, introspective_acceptance, known_words, nan_mean,
                       oov_word_rate, repetition_rate, whitespace_ids, whitespace_share, whitespace_share_multi)
@@ -62,8 +62,9 @@ class EvalConfig:
     distribution next to the greedy path, a diagnostic of looping (Holtzman et al. 2020). Empty: none."""
     batch_size: int = 16
     """Prompts decoded together in lockstep."""
-    precision: str = "bf16"
-    """'bf16' (autocast) or 'fp32'."""
+    precision: str = "auto"
+    """'auto' (bf16 autocast where the device has native bf16 matmuls, fp32 on a CPU that would emulate them:
+    docs/guides/precision.md), 'fp32', 'bf16' (autocast) or 'bf16-true' (weights stored in bf16)."""
     device: str = "auto"
     """'cpu', 'cuda' or 'auto'."""
     add_mask_token: bool = False
@@ -89,6 +90,7 @@ class EvalConfig:
                 raise DecodeError(f"block length {b} does not divide gen_len {self.gen_len}")
         if self.batch_size <= 0:
             raise ValueError("batch_size must be positive")
+        check_precision(self.precision, allow_auto=True)
         for t in self.sample_temperatures:
             if not t > 0:
                 raise ValueError(f"sample temperature must be > 0, got {t}")
@@ -190,6 +192,7 @@ def evaluate_model(model, tokenizer, prompts: list[Prompt], cfg: EvalConfig, run
     a reused run keeps the sweep's decode time (tokens/s).
     """
     cfg.validate()
+    cfg = replace(cfg, precision=resolve_precision(cfg.precision, model.device))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     ws = whitespace_ids(tokenizer, model.vocab_size)
     rows = []
@@ -313,6 +316,8 @@ def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFr
     meta = None                                 # a model passed in has no workbench.json to check against
     if model is None:
         model, tokenizer, meta = load_model(cfg.model, resolve_device(cfg.device), cfg.add_mask_token)
+        cast_for_precision(model, resolve_precision(cfg.precision, model.device))
+    cfg = replace(cfg, precision=resolve_precision(cfg.precision, model.device))   # config.json records it
     check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
     all_docs = load_corpus(cfg.corpus)
     docs = by_split(all_docs, cfg.split)

@@ -20,7 +20,7 @@ def unigram_cross_entropy(train_tokens: np.ndarray, heldout_tokens: np.ndarray, 
 
 @torch.no_grad()
 def heldout_losses(model, tokens: np.ndarray, seq_len: int = 256, n_windows: int = 128, block_length: int = 16,
-                   batch_size: int = 16, precision: str = "bf16", seed: int = 0) -> dict:
+                   batch_size: int = 16, precision: str = "fp32", seed: int = 0) -> dict:
     """AR loss and diffusion masked-token cross-entropy on evenly spaced held-out windows.
 
     Returns ``{"ar_nats_per_token", "diff_ce", "diff_loss", "tokens"}``; ``diff_ce`` is the plain

@@ -23,7 +23,7 @@ import os
 import signal
 import time
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
@@ -35,7 +35,7 @@ from pytorch_lightning.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, Dataset
 
 from ..corpus import by_split, load_corpus
-from ..decoding.base import DecodeError, cast_for_precision, check_precision, check_threshold
+from ..decoding.base import DecodeError, cast_for_precision, check_precision, check_threshold, resolve_precision
 from ..decoding.diffusion import diffusion_decode
 from ..decoding.rules import confidence_rule, hybrid_rule, serial_rule
 from ..evaluation.prompts import make_prompts
@@ -98,8 +98,10 @@ class CollectConfig:
     """Sampler feature dimension recorded in the store's feature spec (12 + 3 · PCA dims)."""
     seed: int = 0
     """Seed recorded in the store (prompt choice is deterministic from crc32 of paths)."""
-    precision: str = "bf16"
-    """'bf16' (autocast), 'bf16-true' (weights stored in bf16: faster on a CPU) or 'fp32'."""
+    precision: str = "auto"
+    """'auto' (bf16 autocast where the accelerator has native bf16 matmuls, fp32 on a CPU that would emulate them:
+    docs/guides/precision.md; the store records the precision it resolved to), 'bf16' (autocast), 'bf16-true'
+    (weights stored in bf16: faster on a CPU with native bf16) or 'fp32'."""
     accelerator: str = "auto"
     """Lightning accelerator."""
     devices: int = 1
@@ -110,7 +112,7 @@ class CollectConfig:
     """Show Lightning's progress bar."""
 
     def validate(self) -> None:
-        check_precision(self.precision)
+        check_precision(self.precision, allow_auto=True)
         if self.policy not in TRAJECTORY_POLICIES:
             raise ValueError(f"unknown trajectory policy {self.policy!r}; valid: {', '.join(TRAJECTORY_POLICIES)}")
         check_threshold(self.threshold)
@@ -509,6 +511,13 @@ def check_extension(cfg: CollectConfig, docs, enc, categories: list[str],
                              f"batch_size {cfg.batch_size}): extending would change it; collect into a new path")
 
 
+def _collect_device(cfg: CollectConfig) -> str:
+    """The device type the collection decodes on: 'cuda' for a GPU accelerator (or 'auto' with one present), else
+    'cpu' (what 'auto' precision is resolved for)."""
+    gpu = cfg.accelerator in ("gpu", "cuda") or (cfg.accelerator == "auto" and torch.cuda.is_available())
+    return "cuda" if gpu else "cpu"
+
+
 def run_collect(cfg: CollectConfig) -> dict:
     """Collect (or resume) a store; returns counts and timings per block length.
 
@@ -521,6 +530,7 @@ def run_collect(cfg: CollectConfig) -> dict:
     from .store import check_store_path, create_store
 
     cfg.validate()
+    cfg = replace(cfg, precision=resolve_precision(cfg.precision, _collect_device(cfg)))
     check_store_path(cfg.out, "--out")
     check_run_dir(cfg.out, "--out")                     # a read-only file system
     pl.seed_everything(cfg.seed, verbose=False)

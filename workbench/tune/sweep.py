@@ -65,8 +65,9 @@ class SweepConfig:
     """Generated tokens per prompt (a multiple of every block length)."""
     batch_size: int = 16
     """Prompts decoded together."""
-    precision: str = "bf16"
-    """'bf16' or 'fp32'."""
+    precision: str = "auto"
+    """'auto' (bf16 autocast where the device has native bf16 matmuls, fp32 on a CPU that would emulate them:
+    docs/guides/precision.md; the study records the precision it resolved to), 'fp32' or 'bf16' (autocast)."""
     optuna_sampler: str = "tpe"
     """Optuna sampler: tpe (Optuna 5's default) or nsga2."""
     seed: int | None = 0
@@ -79,6 +80,9 @@ class SweepConfig:
     retried (a killed worker's trial never stays RUNNING)."""
 
     def validate(self) -> None:
+        from ..decoding.base import check_precision
+
+        check_precision(self.precision, allow_auto=True)
         if self.n_workers < 1:
             raise ValueError(f"--n_workers must be ≥ 1, got {self.n_workers}")
         if self.heartbeat_interval <= 0:
@@ -179,6 +183,18 @@ def _file_digest(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None
 
 
+def resolved_precision(cfg: SweepConfig) -> SweepConfig:
+    """``cfg`` with 'auto' precision resolved for the device the trials decode on
+    (:func:`~workbench.decoding.base.resolve_precision`), so the run record and the study's identity hold what
+    was measured: a study resumed on a machine that resolves 'auto' otherwise is refused by name."""
+    from dataclasses import replace
+
+    from ..decoding.base import resolve_precision
+    from ..model.load import resolve_device
+
+    return replace(cfg, precision=resolve_precision(cfg.precision, resolve_device("auto")))
+
+
 def run_sweep(cfg: SweepConfig) -> dict:
     """Create or resume the study, run until it has ``n_trials`` finished trials, export and plot.
 
@@ -189,6 +205,7 @@ def run_sweep(cfg: SweepConfig) -> dict:
     from ..run_folder import check_run, open_run, run_settings, update_record
 
     cfg.validate()
+    cfg = resolved_precision(cfg)
     folder_args = dict(path=cfg.out_dir, kind="sweep", settings=run_settings(cfg), may_change=SWEEP_MAY_CHANGE,
                        state="trials.parquet")
     check_run(**folder_args)
