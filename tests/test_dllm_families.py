@@ -23,7 +23,7 @@ import torch
 from workbench.decoding import get_policy
 from workbench.decoding.base import DecodeError, left_pad
 from workbench.model.families import FamilyError
-from workbench.model.families.fixtures import write_family_checkpoint
+from workbench.model.families.fixtures import RELEASED_CONFIGS, write_family_checkpoint
 from workbench.model.io import load_checkpoint
 from workbench.model.masks import to_additive
 
@@ -169,8 +169,11 @@ def test_layout_and_fields_are_the_families_own(checkpoints):
     cfg = {f: json.loads((checkpoints[f] / "config.json").read_text()) for f in FAMILIES}
     assert cfg["llada"]["model_type"] == "llada" and "d_model" in cfg["llada"] and "hidden_size" not in cfg["llada"]
     assert cfg["fast_dllm_v2"]["bd_size"] == 4 and "mask_token_id" not in cfg["fast_dllm_v2"]   # the token's id
-    assert cfg["idlm"]["model_type"] == "sdar" and cfg["idlm"]["block_size"] == 1
+    assert cfg["idlm"]["model_type"] == "sdar" and cfg["idlm"]["block_size"] == 3     # I-DLM-8B's stride 4
     assert all("auto_map" in c for c in cfg.values())                  # remote code named, never run
+    for f in FAMILIES:                                                  # the release's fields, training-only included
+        assert set(cfg[f]) == set(RELEASED_CONFIGS[f]), f
+    assert cfg["sdar"]["attn_implementation"] == cfg["idlm"]["attn_implementation"] == "flex_attention"
 
 
 def _cli(*args):

@@ -20,6 +20,7 @@ import pytorch_lightning as pl
 from ..atomic import write_bytes, write_json
 from .storage import check_existing_study, check_study_identity, make_storage, mark_worker, open_study
 from .workers import optimize_until, run_workers, worker_seed
+from ..model.loading import ModelLoading
 
 
 class PruningCallback(pl.Callback):
@@ -39,7 +40,7 @@ class PruningCallback(pl.Callback):
 
 
 @dataclass
-class SamplerHPOConfig:
+class SamplerHPOConfig(ModelLoading):
     """Optuna study over sampler training hyper-parameters (maximise validation AUC)."""
 
     store: str = "trajectories/tiny-serial.zarr"
