@@ -281,6 +281,25 @@ def test_a_family_can_be_forced_on_a_folder(checkpoints):
     assert load_model(str(checkpoints["sdar"]))[2]["family"]["family"] == "sdar"
 
 
+@pytest.mark.parametrize("fields,family", [({"block_size": 1}, "idlm"), ({"block_size": 3}, "idlm"),
+                                           ({"block_size": 7}, "idlm"), ({"block_size": 4}, "sdar"),
+                                           ({"block_size": 64}, "sdar"), ({"block_size": 5}, "sdar"),
+                                           ({"block_size": 4, "use_regular_causal": True}, "idlm")])
+def test_sdar_or_idlm_is_always_a_named_guess(fields, family):
+    """SDAR and I-DLM share a format: the evidence (an I-DLM block size, ``use_regular_causal``) picks one, and the
+    choice is a guess whose line names the prefix of the other; a prefix, or a format of one family, is no guess."""
+    from workbench.model.families.registry import choose_family
+
+    raw = {"model_type": "sdar", **fields}
+    choice = choose_family(raw, "ck")
+    other = {"idlm": "sdar", "sdar": "idlm"}[family]
+    assert choice.spec.name == family and choice.guessed and choice.others == (other,)
+    line = choice.line("ck")
+    assert f"opened as {family}" in line and f"{other}:ck opens it as {other}" in line and "\n" not in line
+    assert not choose_family(raw, "ck", name=other).guessed and choose_family(raw, "ck", name=other).spec.name == other
+    assert not choose_family({"model_type": "Dream"}, "ck").guessed
+
+
 def test_sharded_checkpoints_and_bf16_open(checkpoints, tmp_path):
     """A checkpoint sharded with a safetensors index (as the 3–14 B releases ship) opens strictly, in bf16 too."""
     from safetensors.torch import load_file, save_file
