@@ -48,8 +48,9 @@ class ModelLoading:
 
     attn_implementation: str | None = None
     """Attention implementation of every model loaded: 'sdpa', 'eager', 'flex_attention' (needs a CUDA device) or
-    'flash_attention_2'/'_3'/'_4' (needs the flash-attn package). Default: sdpa. A checkpoint's own
-    config.json setting (a training choice) is never used."""
+    'flash_attention_2'/'_3'/'_4' (needs the flash-attn package). Default: sdpa for a released diffusion LM, the
+    model class's own for any other checkpoint. A checkpoint's own config.json setting (a training choice) is never
+    used."""
     strict_family: bool = False
     """Refuse, instead of naming in one line, a family chosen for a folder whose format two families share (SDAR and
     I-DLM); <family>:<folder> then picks one."""
