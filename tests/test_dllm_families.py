@@ -23,7 +23,7 @@ import torch
 from workbench.decoding import get_policy
 from workbench.decoding.base import DecodeError, left_pad
 from workbench.model.families import FamilyError
-from workbench.model.families.fixtures import write_family_checkpoint
+from workbench.model.families.fixtures import RELEASED_CONFIGS, write_family_checkpoint
 from workbench.model.io import load_checkpoint
 from workbench.model.masks import to_additive
 
@@ -169,8 +169,11 @@ def test_layout_and_fields_are_the_families_own(checkpoints):
     cfg = {f: json.loads((checkpoints[f] / "config.json").read_text()) for f in FAMILIES}
     assert cfg["llada"]["model_type"] == "llada" and "d_model" in cfg["llada"] and "hidden_size" not in cfg["llada"]
     assert cfg["fast_dllm_v2"]["bd_size"] == 4 and "mask_token_id" not in cfg["fast_dllm_v2"]   # the token's id
-    assert cfg["idlm"]["model_type"] == "sdar" and cfg["idlm"]["block_size"] == 1
+    assert cfg["idlm"]["model_type"] == "sdar" and cfg["idlm"]["block_size"] == 3     # I-DLM-8B's stride 4
     assert all("auto_map" in c for c in cfg.values())                  # remote code named, never run
+    for f in FAMILIES:                                                  # the release's fields, training-only included
+        assert set(cfg[f]) == set(RELEASED_CONFIGS[f]), f
+    assert cfg["sdar"]["attn_implementation"] == cfg["idlm"]["attn_implementation"] == "flex_attention"
 
 
 def _cli(*args):
@@ -276,6 +279,25 @@ def test_a_family_can_be_forced_on_a_folder(checkpoints):
     model, _, meta = load_model(f"idlm:{checkpoints['sdar']}")
     assert meta["family"]["family"] == "idlm" and meta["family"]["model_type"] == "sdar" and "ar" in model.modes
     assert load_model(str(checkpoints["sdar"]))[2]["family"]["family"] == "sdar"
+
+
+@pytest.mark.parametrize("fields,family", [({"block_size": 1}, "idlm"), ({"block_size": 3}, "idlm"),
+                                           ({"block_size": 7}, "idlm"), ({"block_size": 4}, "sdar"),
+                                           ({"block_size": 64}, "sdar"), ({"block_size": 5}, "sdar"),
+                                           ({"block_size": 4, "use_regular_causal": True}, "idlm")])
+def test_sdar_or_idlm_is_always_a_named_guess(fields, family):
+    """SDAR and I-DLM share a format: the evidence (an I-DLM block size, ``use_regular_causal``) picks one, and the
+    choice is a guess whose line names the prefix of the other; a prefix, or a format of one family, is no guess."""
+    from workbench.model.families.registry import choose_family
+
+    raw = {"model_type": "sdar", **fields}
+    choice = choose_family(raw, "ck")
+    other = {"idlm": "sdar", "sdar": "idlm"}[family]
+    assert choice.spec.name == family and choice.guessed and choice.others == (other,)
+    line = choice.line("ck")
+    assert f"opened as {family}" in line and f"{other}:ck opens it as {other}" in line and "\n" not in line
+    assert not choose_family(raw, "ck", name=other).guessed and choose_family(raw, "ck", name=other).spec.name == other
+    assert not choose_family({"model_type": "Dream"}, "ck").guessed
 
 
 def test_sharded_checkpoints_and_bf16_open(checkpoints, tmp_path):

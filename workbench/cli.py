@@ -115,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
+    from .model.loading import reset_notices
+
+    reset_notices()                              # a note names a guessed family once per command
     if cmd in SUBCOMMANDS and rest and not rest[0].startswith("-"):
         cmd = f"{cmd} {rest[0]}"                # messages name the whole command: `workbench train lm: ...`
     try:

@@ -4,9 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..model.loading import ModelLoading
+
 
 @dataclass
-class DecodeConfig:
+class DecodeConfig(ModelLoading):
     """Decode one prompt."""
 
     prompt: str = "def fibonacci(n):\n"

@@ -37,12 +37,13 @@ from ..speculative.metrics import row_metrics
 from .decode import DeerResult, deer_decode
 from .models import load_drafter, load_target
 from .tables import acceptance_histogram, by_category, compare_tau
+from ..model.loading import ModelLoading
 
 Decoder = Callable[[list[list[int]]], DecodeResult]
 
 
 @dataclass
-class DeerEvalConfig:
+class DeerEvalConfig(ModelLoading):
     """DEER evaluation on held-out prompts (deer.txt §4)."""
 
     target: str = "builtin:tiny"

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..assets import ASSETS
+from ..model.loading import ModelLoading
 
 
 @dataclass
-class DeerRetrainConfig:
+class DeerRetrainConfig(ModelLoading):
     """Options of ``workbench deer retrain``."""
 
     asset: str = "smollm2-135m-deer-drafter"

@@ -33,6 +33,7 @@ from ..evaluation.prompts import Prompt, make_prompts
 from ..atomic import atomic_path, write_json
 from ..run_folder import LOCK, check_not_in_store, locked_folder
 from ..utils import RunDirError, prepare_run_dir
+from ..model.loading import ModelLoading
 
 SIDECAR = "teacher.json"
 META_KEY = b"deer_teacher"
@@ -44,7 +45,7 @@ SETTINGS_ADDED = {"first": 0}
 
 
 @dataclass
-class TeacherConfig:
+class TeacherConfig(ModelLoading):
     """Teacher answers of the AR target for DEER alignment (deer.txt §3.1)."""
 
     target: str = "builtin:tiny"

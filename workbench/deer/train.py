@@ -32,10 +32,11 @@ from .masking import NOISE, SPANS
 from .models import RELEASED_KEY, build_drafter, count_parameters, load_target, released_family
 from .module import DeerModule
 from .shared import drafter_from_target, is_shared_drafter, load_shared_drafter, prepare_target, save_shared_drafter
+from ..model.loading import ModelLoading
 
 
 @dataclass
-class DeerTrainConfig(DeviceConfig):
+class DeerTrainConfig(DeviceConfig, ModelLoading):
     """One stage of DEER alignment (deer.txt §3.1): Stage I AR-style distillation or Stage II refinement.
     Device fields: :class:`~workbench.distributed.DeviceConfig` (``batch_size`` is the global batch)."""
 

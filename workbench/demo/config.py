@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..model.loading import ModelLoading
+
 HEADLINE = {"block_length": 16, "threshold": 0.9}
 """The report's headline setting for a byte-level model (tiny's targets are at B = 16)."""
 HEADLINE_BLOCK_LENGTH_BPE = 8
@@ -19,7 +21,7 @@ the real continuations' (the issue asks for "close to"; the multiple is the work
 
 
 @dataclass
-class DemoConfig:
+class DemoConfig(ModelLoading):
     """The main job's options (defaults reproduce the documented demo)."""
 
     model: str = "builtin:tiny"

@@ -24,10 +24,11 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from .decode import DiffuSpecConfig, SearchKnobs
+from ..model.loading import ModelLoading
 
 
 @dataclass
-class DiffuSpecEvalConfig(SearchKnobs):
+class DiffuSpecEvalConfig(SearchKnobs, ModelLoading):
     """DiffuSpec ablations on held-out prompts (diffuspec.txt §5, Tables 2 and 5); CPS's and ADL's knobs are
     :class:`~workbench.diffuspec.decode.SearchKnobs`."""
 

@@ -14,10 +14,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..atomic import write_json, write_text
+from ..model.loading import ModelLoading
 
 
 @dataclass
-class TuneConfig:
+class TuneConfig(ModelLoading):
     """The ADL sweep (DiffuSpec §4.3)."""
 
     model: str = "tiny"

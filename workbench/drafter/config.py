@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..speculative.adapter import check_adapter_dir
 from ..speculative.cli import check_speculation_options
+from ..model.loading import ModelLoading
 
 @dataclass
 class EvalOptions:
@@ -48,7 +49,7 @@ class EvalOptions:
 
 
 @dataclass
-class DrafterEvalConfig(EvalOptions):
+class DrafterEvalConfig(EvalOptions, ModelLoading):
     """Linear self-speculation with vs without LoRA drafter adapters (NLD §3.3, Tab. 6)."""
 
     model: str = "builtin:tiny"
@@ -71,7 +72,7 @@ class DrafterEvalConfig(EvalOptions):
 
 
 @dataclass
-class AblationConfig(EvalOptions):
+class AblationConfig(EvalOptions, ModelLoading):
     """Loss-variant ablation: one LoRA drafter per loss (same config, steps, seed, data), then linear SS."""
 
     train_config: str = "workbench/configs/lora_tiny.yaml"

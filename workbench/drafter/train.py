@@ -31,6 +31,7 @@ from .data import SOURCES, DrafterDataModule, self_distill_windows
 from .lora import add_lora, resolve_target_modules, save_adapter
 from .losses import DEFAULT_LOSS, check_loss_name
 from .module import LoraDrafterModule
+from ..model.loading import ModelLoading
 
 DEFAULT_BASE = "builtin:tiny"  # = workbench/assets/tiny
 #: Values of ``LoraTrainConfig.drafter_adapter``.
@@ -40,7 +41,7 @@ NEW_LORA_FIELDS = ("rank", "lora_alpha", "lora_dropout", "target_modules")
 
 
 @dataclass
-class LoraTrainConfig(DeviceConfig):
+class LoraTrainConfig(DeviceConfig, ModelLoading):
     """LoRA drafter training with the LK-hybrid + CE loss (NLD §3.3). Device fields:
     :class:`~workbench.distributed.DeviceConfig` (``batch_size`` is the global batch)."""
 

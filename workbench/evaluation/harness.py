@@ -23,6 +23,7 @@ from ..model.load import load_model, resolve_device
 from .metrics import (agreement, ar_token_logprobs, first_line, introspective_acceptance, known_words, nan_mean,
                       oov_word_rate, repetition_rate, whitespace_ids, whitespace_share, whitespace_share_multi)
 from .prompts import Prompt, make_prompts
+from ..model.loading import ModelLoading
 
 MODES = ("real", "free")
 #: How reports name the two context modes.
@@ -36,7 +37,7 @@ KNOBS = {"ar_sample": "temperature"}
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(ModelLoading):
     """Evaluation sweep over policies, context modes, block lengths and thresholds."""
 
     model: str = "builtin:tiny"

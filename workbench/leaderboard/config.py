@@ -5,12 +5,13 @@ from dataclasses import dataclass, field
 
 from ..decoding.base import DecodeError, check_precision, check_threshold
 from ..decoding.sampling import check_sampling
+from ..model.loading import ModelLoading
 
 MODES = ("real", "free")
 
 
 @dataclass
-class LeaderboardConfig:
+class LeaderboardConfig(ModelLoading):
     """One table of every registered decoder against the SOL ceilings, on the same prompts."""
 
     model: str = "builtin:tiny"

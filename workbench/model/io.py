@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from ..tokenizer import TokenizerError, check_tokenizer_fits, require_mask_token
 from .errors import CheckpointError
@@ -54,24 +54,34 @@ def trained_context(meta: dict) -> int | None:
 
 
 def load_checkpoint(path: str | Path, add_mask_token: bool = False, device: str | torch.device = "cpu",
-                    dtype: torch.dtype = torch.float32,
-                    family: str | None = None) -> tuple[TriModeLM, PreTrainedTokenizerBase, dict]:
+                    dtype: torch.dtype = torch.float32, family: str | None = None,
+                    attn_implementation: str | None = None,
+                    strict_family: bool | None = None) -> tuple[TriModeLM, PreTrainedTokenizerBase, dict]:
     """Load any local Hugging Face causal-LM checkpoint as a :class:`TriModeLM`, or a released diffusion LM of a
     registered family (:mod:`workbench.model.families`: chosen by the config's ``model_type``, or by ``family``)
     as its family's adapter.
 
     Args:
         path: a ``save_pretrained`` directory (``config.json`` + weights + tokenizer files).
-        family: a registered family name that overrides the config's ``model_type``.
+        family: a registered family name that overrides the config's ``model_type`` (``<family>:<folder>``).
         add_mask_token: add ``[MASK]`` to a tokenizer that lacks one and resize the embeddings. Without it,
             a tokenizer with no mask token gives a model for AR decoding only (its diffusion paths raise
             :class:`TokenizerError` naming ``--add_mask_token``).
         device, dtype: where and how to place the weights.
+        attn_implementation: the attention implementation (default: the process's ``--attn_implementation``, else
+            ``sdpa`` for a released dLLM and the model class's own default for any other checkpoint;
+            :func:`~workbench.model.loading.attn_implementation`). A checkpoint's own ``config.json`` setting, a
+            training choice, is never used.
+        strict_family: refuse a family guessed for a folder whose format two families share (default: the
+            process's ``--strict_family``); otherwise the guess is named in one line on stderr once the folder
+            opened (:func:`~workbench.model.families.registry.announce`).
 
     Returns ``(model, tokenizer, workbench_meta)``.
 
     Raises:
-        CheckpointError: the path does not exist or is not a Hugging Face checkpoint directory.
+        CheckpointError: the path does not exist or is not a Hugging Face checkpoint directory, its weights do not
+            fit its config (a tensor of another shape is named with both shapes), hold NaN or infinity, or a
+            released dLLM's family cannot be opened (:class:`~workbench.model.families.spec.FamilyError`).
         TokenizerError: the tokenizer does not fit the model's embedding (another model's tokenizer files,
             :func:`~workbench.tokenizer.check_tokenizer_fits`), or a mask token cannot be added.
     """
@@ -81,13 +91,19 @@ def load_checkpoint(path: str | Path, add_mask_token: bool = False, device: str 
     if not (p / "config.json").is_file():
         raise CheckpointError(f"{p} is not a Hugging Face checkpoint (no config.json); pass a save_pretrained directory")
     from .families.load import load_family, read_config
-    from .families.registry import family_of_config
+    from .families.registry import announce, choose_family, refuse_guess
+    from .finite import check_finite
+    from .loading import attn_implementation as resolve_attn
 
     raw = read_config(p)
-    spec = family_of_config(raw, p, name=family)
-    if spec is not None:
-        model, tok, semantics = load_family(p, spec, raw, device=device, dtype=dtype)
+    choice = choose_family(raw, p, name=family)
+    if choice is not None:
+        refuse_guess(choice, p, strict_family)
+        model, tok, semantics = load_family(p, choice.spec, raw, device=device, dtype=dtype,
+                                            attn_implementation=attn_implementation)
+        announce(choice, p)
         return model, tok, {**read_workbench_json(p), "family": semantics}
+    attn = resolve_attn(attn_implementation, default=None)      # None: the class's own default, not config.json's
     try:
         tok = AutoTokenizer.from_pretrained(p)
     except Exception as e:  # noqa: BLE001 - report any tokenizer loading failure in one line
@@ -99,18 +115,26 @@ def load_checkpoint(path: str | Path, add_mask_token: bool = False, device: str 
         verbosity = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()         # transformers prints a multi-line load report on mismatches
         try:
-            backbone, info = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, output_loading_info=True)
+            config = AutoConfig.from_pretrained(p)
+            config._attn_implementation = None                  # a training choice; never inherited
+            backbone, info = AutoModelForCausalLM.from_pretrained(p, config=config, dtype=dtype,
+                                                                  output_loading_info=True,
+                                                                  ignore_mismatched_sizes=True,
+                                                                  attn_implementation=attn)
         finally:
             hf_logging.set_verbosity(verbosity)
     except Exception as e:  # noqa: BLE001
-        if "mismatched_sizes" in str(e) or "size mismatch" in str(e):
-            raise CheckpointError(f"{p}: the weights do not have the shapes its config.json describes (e.g. another "
-                                  "hidden size or vocabulary); restore the config.json that came with the weights") from None
         raise CheckpointError(f"could not load a causal LM from {p}: {type(e).__name__}: {' '.join(str(e).split())}") from None
+    if info.get("mismatched_keys"):
+        from .families.load import wrong_shape
+
+        name, got, want = sorted(info["mismatched_keys"])[0]
+        raise CheckpointError(wrong_shape(p, name, got, want))
     if info.get("missing_keys"):
         missing = sorted(info["missing_keys"])
         raise CheckpointError(f"{p}: the weights of {len(missing)} parameters (e.g. {missing[0]}) are not in the "
                               "checkpoint, so they would be random; its config.json does not match its weights")
+    check_finite(backbone, p)
     rows = backbone.get_input_embeddings().num_embeddings
     # a [MASK] one past the embedding (added to the tokenizer only) gets its row below
     check_tokenizer_fits(tok, rows + int(tok.mask_token_id == rows), p)

@@ -67,18 +67,31 @@ def attach_adapter(model, tok, adapter_dir, trainable: bool = False):
 
 def family_prefix(spec: str) -> tuple[str | None, str]:
     """Split ``<family>:<folder>`` (a registered family forced on a checkpoint folder, e.g. ``idlm:/ckpt/I-DLM-8B``
-    whose config says ``sdar``) into ``(family, folder)``; any other value gives ``(None, spec)``."""
-    head, sep, rest = spec.partition(":")
-    if sep and head and rest:
-        from .families.registry import FAMILIES
+    whose config says ``sdar``) into ``(family, folder)``; any other value, or a path that exists as written
+    (a folder whose name holds a colon), gives ``(None, spec)``.
 
-        if head in FAMILIES:
-            return head, rest
+    Raises :class:`~workbench.model.families.spec.FamilyError` (one line, listing the registered families) for
+    ``<name>:<path>`` whose name is not a family (``builtin:`` aside) while the value is not an existing path."""
+    import re
+    from pathlib import Path
+
+    head, sep, rest = spec.partition(":")
+    if not (sep and head and rest) or Path(spec).exists():
+        return None, spec
+    from .families.registry import FAMILIES
+    from .families.spec import FamilyError
+
+    if head in FAMILIES:
+        return head, rest
+    if head != "builtin" and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", head):
+        raise FamilyError(f"unknown model family {head!r} in {spec!r}; registered: {', '.join(sorted(FAMILIES))} "
+                          "(<family>:<folder> forces one; a folder alone is opened by its config.json)")
     return None, spec
 
 
 def load_model(spec: str, device="cpu", add_mask_token: bool = False, dtype: torch.dtype = torch.float32,
-               trainable_adapter: bool = False):
+               trainable_adapter: bool = False, attn_implementation: str | None = None,
+               strict_family: bool | None = None):
     """Load ``spec`` → ``(TriModeLM, tokenizer, workbench_meta)``.
 
     ``spec``: ``tiny`` / ``builtin:tiny`` (shipped), a named real model (``smollm2-135m``, fetched into the cache
@@ -89,6 +102,8 @@ def load_model(spec: str, device="cpu", add_mask_token: bool = False, dtype: tor
     names).
     ``trainable_adapter``: load a gated adapter in its training form (peft layers, gradients on its LoRA
     matrices and mask row; :func:`~workbench.model.gated_lora.load_gated_lora`) instead of the inference form.
+    ``attn_implementation``, ``strict_family``: see :func:`~workbench.model.io.load_checkpoint` (default: the
+    command's ``--attn_implementation`` / ``--strict_family``, :mod:`workbench.model.loading`).
     Raises :class:`~workbench.model.io.CheckpointError` (one line) for anything that cannot be loaded.
     """
     from .named import resolve
@@ -96,7 +111,8 @@ def load_model(spec: str, device="cpu", add_mask_token: bool = False, dtype: tor
     family, spec = family_prefix(str(spec))
     path, adapter = resolve(spec)
     model, tok, meta = load_checkpoint(path, add_mask_token=add_mask_token and adapter is None, device=device,
-                                       dtype=dtype, family=family)
+                                       dtype=dtype, family=family, attn_implementation=attn_implementation,
+                                       strict_family=strict_family)
     if adapter is not None:
         model, tok = attach_adapter(model, tok, adapter, trainable=trainable_adapter)
         meta = {**meta, "adapter": str(adapter), "adapter_meta": read_workbench_json(adapter)}

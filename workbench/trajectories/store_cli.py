@@ -5,6 +5,8 @@ import json
 import sys
 from dataclasses import dataclass
 
+from ..model.loading import ModelLoading
+
 
 @dataclass
 class StoreInfoConfig:
@@ -15,7 +17,7 @@ class StoreInfoConfig:
 
 
 @dataclass
-class StoreVerifyConfig:
+class StoreVerifyConfig(ModelLoading):
     """Verify a store: shapes, row ranges, label / final-id consistency, NaNs, and the model/tokenizer match."""
 
     store: str = "trajectories/tiny-serial.zarr"

@@ -20,6 +20,7 @@ import pytorch_lightning as pl
 from ..atomic import write_bytes, write_json
 from .storage import check_existing_study, check_study_identity, make_storage, mark_worker, open_study
 from .workers import optimize_until, run_workers, worker_seed
+from ..model.loading import ModelLoading
 
 
 class PruningCallback(pl.Callback):
@@ -39,7 +40,7 @@ class PruningCallback(pl.Callback):
 
 
 @dataclass
-class SamplerHPOConfig:
+class SamplerHPOConfig(ModelLoading):
     """Optuna study over sampler training hyper-parameters (maximise validation AUC)."""
 
     store: str = "trajectories/tiny-serial.zarr"
@@ -132,9 +133,10 @@ def _export(cfg: SamplerHPOConfig, study: optuna.Study, out: Path, t0: float) ->
 
 #: Settings of a ``sweep sampler`` out_dir that a rerun may change: the trial budget and workers, the search
 #: space and how it is searched, which trial folders are kept. What a trial measures (the store, block length,
-#: epochs, validation interval, batch) stays fixed, and so do the study's name and storage.
+#: epochs, validation interval, batch) stays fixed, and so do the study's name and storage. How the store's model is
+#: loaded to check its fingerprint (``attn_implementation``, ``strict_family``) changes no trial.
 HPO_MAY_CHANGE = ("n_trials", "n_workers", "seed", "keep_trial_dirs", "lr_low", "lr_high", "widths", "depth_low",
-                  "depth_high")
+                  "depth_high", "attn_implementation", "strict_family")
 
 
 def measurement_identity(cfg: SamplerHPOConfig) -> dict:

@@ -17,13 +17,14 @@ import pandas as pd
 from ..atomic import atomic_path, write_bytes, write_json
 from .storage import check_existing_study, check_study_identity, make_storage, mark_worker, open_study
 from .workers import optimize_until, run_workers, worker_seed
+from ..model.loading import ModelLoading
 
 SWEEP_POLICIES = ("confidence", "sampler")
 ACCURACY_METRICS = ("agree_serial", "token_acc")
 
 
 @dataclass
-class SweepConfig:
+class SweepConfig(ModelLoading):
     """Multi-objective threshold sweep (maximise tpf, maximise accuracy)."""
 
     model: str = "builtin:tiny"

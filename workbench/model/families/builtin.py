@@ -13,13 +13,62 @@ from .adapters import BlockCausalFamilyLM, CausalFamilyLM, RecomputeFamilyLM, Wi
 from .spec import FamilySpec
 
 #: Fields of a released config that belong to the family, not to the built-in backbone's config.
-_OWN_FIELDS = ("model_type", "architectures", "auto_map", "mask_token_id", "block_size", "bd_size", "dlm_paradigm",
-               "dlm_type", "transformers_version", "torch_dtype", "dtype")
+_OWN_FIELDS = ("model_type", "architectures", "auto_map", "mask_token_id", "block_size", "bd_size",
+               "transformers_version", "torch_dtype", "dtype")
+
+#: Training-time fields of the released configs (where each was found: docs/models.md, "What the released
+#: configs carry"), never passed to the backbone: inference takes none of them from the checkpoint.
+TRAINING_ONLY = {
+    "attn_implementation": "the training run's attention kernel (flex_attention in SDAR's and I-DLM's configs); "
+                           "the workbench chooses its own (--attn_implementation)",
+    "_attn_implementation": "as attn_implementation",
+    "fuse_cross_entropy": "a fused training loss (SDAR, I-DLM)",
+    "debug": "SDAR trainer switch",
+    "ep_size": "SDAR trainer's expert-parallel size",
+    "micro_forward": "SDAR trainer switch",
+    "skip_checkpoint": "SDAR trainer's activation-checkpointing switch",
+    "use_deepep": "SDAR trainer's DeepEP switch",
+    "use_regular_causal": "I-DLM trainer's clean-region mask (read only as evidence of an I-DLM folder)",
+    "conplemenrary_mask": "Fast-dLLM v2's complementary training mask",
+    "dlm_paradigm": "NLD's training paradigm (its inference attention is the family's, docs/models.md)",
+    "dlm_type": "NLD's training objective",
+    "ar_loss_weight": "NLD's training loss weight",
+    "dlm_loss_weight": "NLD's training loss weight",
+    "dp_varying_mask_ratio": "NLD's training noise schedule",
+    "use_cache": "the workbench passes use_cache with every forward (false in most released configs)",
+}
 
 
 def _passthrough(raw: dict) -> dict:
-    """The built-in config's fields of a family that keeps its backbone's field names (Qwen2, Qwen3, Ministral3)."""
-    return {k: v for k, v in raw.items() if k not in _OWN_FIELDS}
+    """The built-in config's fields of a family that keeps its backbone's field names (Qwen2, Qwen3, Ministral3),
+    without the family's own fields and the training-only ones (:data:`TRAINING_ONLY`)."""
+    return {k: v for k, v in raw.items() if k not in _OWN_FIELDS and k not in TRAINING_ONLY}
+
+
+#: ``block_size`` of the published I-DLM configs: N − 1 mask slots for an ISD stride of N (thuEcstasy/I-DLM
+#: ``training/model/Qwen3-8B-b{1,2,3}-allmasked/config.json``; 7 for the N = 8 model in a public fork's model card).
+IDLM_BLOCK_SIZES = (1, 2, 3, 7)
+#: ``block_size`` of SDAR's releases: 4 (the default models), 8, 16, 32 and 64 (JetAstra/SDAR README).
+SDAR_BLOCK_SIZES = (4, 8, 16, 32, 64)
+
+
+def _idlm_evidence(raw: dict) -> str | None:
+    """Why an SDAR-format config looks like I-DLM, or ``None``: ``use_regular_causal`` (a field of I-DLM's own
+    ``SDARConfig``, absent from SDAR's), or a block size only I-DLM's configs carry."""
+    if raw.get("use_regular_causal") is True:
+        return "use_regular_causal: true (a field of I-DLM's SDARConfig, not SDAR's)"
+    block = raw.get("block_size")
+    if block in IDLM_BLOCK_SIZES:
+        return f"block_size {block} (I-DLM's {block} mask slots for a stride of {block + 1}; no SDAR release has it)"
+    return None
+
+
+def _sdar_evidence(raw: dict) -> str:
+    """Why an SDAR-format config is taken as SDAR (I-DLM's evidence absent)."""
+    block = raw.get("block_size")
+    if block in SDAR_BLOCK_SIZES:
+        return f"block_size {block} (an SDAR release's block size)"
+    return f"block_size {block} (neither family's published block size; SDAR owns the format)"
 
 
 # LLaDA's config uses the OLMo field names of its modeling file (``configuration_llada.py``).
@@ -100,7 +149,8 @@ NLD = FamilySpec(
 
 SDAR = FamilySpec(
     name="sdar", model_types=("sdar",), backbone="qwen3", adapter=BlockCausalFamilyLM, config_map=_passthrough,
-    default_block=4, diffusion_attention="block_causal", commit_attention="block_causal", aligned=True,
+    default_block=4, matches=_sdar_evidence, diffusion_attention="block_causal", commit_attention="block_causal",
+    aligned=True,
     reference="JetAstra/SDAR generate.py block_diffusion_generate",
     description="SDAR (Qwen3; block-causal at absolute positions, block 4)")
 
@@ -129,19 +179,21 @@ FAST_DLLM_V2 = FamilySpec(
 IDLM = FamilySpec(
     name="idlm", model_types=(), backbone="qwen3", adapter=CausalFamilyLM, config_map=_passthrough, block_field=None,
     diffusion_attention="causal", commit_attention="causal", shift=True, modes=frozenset({"diffusion", "ar"}),
-    matches=lambda raw: raw.get("model_type") == "sdar" and raw.get("block_size") == 1,
+    format_of="sdar", matches=_idlm_evidence,
     reference="I-DLM (SDAR format, converted Qwen3): strictly causal, shifted; SGLang IDLMBlockN",
-    description="I-DLM-8B (Qwen3 in SDAR's format with block_size 1; causal, shifted, AR mode)")
+    description="I-DLM-8B (Qwen3 in SDAR's format; causal, shifted, AR mode)")
 
 
 
-def _load_diffusion_gemma(path, raw: dict, device, dtype):
-    """DiffusionGemma's native class (transformers 5.24), loaded strictly from the folder."""
+def _load_diffusion_gemma(path, raw: dict, device, dtype, attn_implementation: str):
+    """DiffusionGemma's native class (transformers 5.24), loaded strictly from the folder with the workbench's
+    attention implementation (never the config's)."""
     from transformers import DiffusionGemmaForBlockDiffusion
 
     from .load import load_weights
 
-    return load_weights(DiffusionGemmaForBlockDiffusion, path, "diffusion_gemma", dtype=dtype)
+    return load_weights(DiffusionGemmaForBlockDiffusion, path, "diffusion_gemma", dtype=dtype,
+                        attn_implementation=attn_implementation)
 
 
 def _diffusion_gemma_adapter(backbone, spec, mask_token_id, block_size):
@@ -162,5 +214,5 @@ DIFFUSION_GEMMA = FamilySpec(
 #: Every built-in family, in the order the registry tries them.
 BUILTIN_FAMILIES = (NLD, SDAR, LLADA, DREAM, FAST_DLLM_V2, IDLM, DIFFUSION_GEMMA)
 
-__all__ = ["BUILTIN_FAMILIES", "NLD", "SDAR", "LLADA", "DREAM", "FAST_DLLM_V2", "IDLM", "DIFFUSION_GEMMA",
+__all__ = ["BUILTIN_FAMILIES", "TRAINING_ONLY", "IDLM_BLOCK_SIZES", "SDAR_BLOCK_SIZES", "NLD", "SDAR", "LLADA", "DREAM", "FAST_DLLM_V2", "IDLM", "DIFFUSION_GEMMA",
            "LLADA_RENAMES", "NLD_RENAMES"]

@@ -43,8 +43,9 @@ class FamilySpec:
         key_renames: ``(pattern, replacement)`` regular expressions applied in order to the checkpoint's weight
             names to give the built-in class's names (transformers' ``key_mapping``); empty when they agree.
         inverse_renames: the renames back, from the built-in names to the family's (writing fixtures).
-        loader: ``loader(path, raw config, device, dtype) -> backbone`` for a family with its own native class
-            (``backbone`` None); default: the built-in class of ``backbone`` with :attr:`key_renames`.
+        loader: ``loader(path, raw config, device, dtype, attn_implementation) -> backbone`` for a family with its
+            own native class (``backbone`` None); default: the built-in class of ``backbone`` with
+            :attr:`key_renames`.
         config_map: ``config_map(raw config dict) -> dict`` of the built-in config's fields (default: the raw
             fields, without the family's own).
         inverse_config: ``inverse_config(built-in config dict) -> dict`` of the family's own field names, for
@@ -62,8 +63,11 @@ class FamilySpec:
             tokens inside the first decoded block (SDAR, Fast-dLLM v2).
         modes: decoding modes (subset of :data:`MODES`).
         adapter: ``adapter(backbone, spec, mask_token_id, block_size) -> model``: the adapter class.
-        matches: ``matches(raw config dict) -> bool`` for a family published under another family's
-            ``model_type`` (I-DLM ships in SDAR's format); checked before the ``model_type`` lookup.
+        format_of: the family whose on-disk format this family ships in (I-DLM: ``"sdar"``), so that a folder of
+            that format may be either; ``<family>:<folder>`` forces one, and a family chosen without it is named
+            in one line (:func:`~workbench.model.families.registry.choose_family`).
+        matches: ``matches(raw config dict) -> str | None`` for a family with a :attr:`format_of`: the evidence
+            (a phrase) that a folder of the shared format is this family, or ``None``.
         reference: where the semantics were read (repository and file).
         description: one line for ``workbench models list``.
     """
@@ -86,7 +90,8 @@ class FamilySpec:
     shift: bool = False
     aligned: bool = False
     modes: frozenset = field(default_factory=lambda: frozenset({"diffusion"}))
-    matches: Callable[[dict], bool] | None = None
+    format_of: str | None = None
+    matches: Callable[[dict], str | None] | None = None
     reference: str = ""
     description: str = ""
 
