@@ -27,8 +27,9 @@ for _alg in ALGORITHMS:
     register_decoder(DecoderSpec(
         f"dream_{_alg}", partial(dream_decode, alg=_alg), ceiling="serial", real_context=False,
         reference_of=("dream",), own_eos_rule=True,
-        reference=f"Dream-org/Dream-v0-Instruct-7B generation_utils.py (as vendored by ZHZisZZ/dllm): "
-        f"DreamGenerationMixin.diffusion_generate / _sample, alg='{_alg}' (temperature, top_p, top_k, alg_temp, eps)",
+        reference=f"Dream-org/Dream-v0-Instruct-7B generation_utils.py: DreamGenerationMixin._sample via "
+        f"diffusion_generate, alg='{_alg}' (temperature, top_p, top_k, alg_temp, eps; the hub file as vendored by "
+        "ZHZisZZ/dllm)",
         description=f"Dream's diffusion_generate, {_alg} ordering (Dream generation_utils.py)"))
 
 
@@ -73,8 +74,8 @@ register_decoder(DecoderSpec(
 register_decoder(DecoderSpec(
     "fast_dllm_v2", fast_dllm_v2_decode, block_commits=True, ceiling="serial", real_context=False,
     reference_of=("fast_dllm_v2",), own_eos_rule=True,
-    reference="Fast-dLLM v2 v2/generation_functions.py: Fast_dLLM_QwenForCausalLM.batch_sample (temperature 0, "
-    "use_block_cache=False)",
+    reference="NVlabs/Fast-dLLM v2/generation_functions.py: Fast_dLLM_QwenForCausalLM.batch_sample (temperature 0, "
+    "use_block_cache=False; upstream 8292f3c, read from the fork ydshi0/Fast-dLLM)",
     description="Fast-dLLM v2's batch_sample: threshold decoding in sub-blocks of 8, the next block seeded with the "
     "commit's greedy token"))
 

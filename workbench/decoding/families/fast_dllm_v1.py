@@ -19,7 +19,8 @@ The threshold rule: the prediction is the argmax over the **whole vocabulary**, 
 probability (float64 for LLaDA, as ``get_transfer_index``; float32 for Dream, the model's precision there); every
 masked position of the block with confidence ≥ ``threshold`` takes its prediction, and always the most confident
 one. A position predicted as the mask token stays a mask. Dream's shifted logits are realigned by the adapter, so
-block position 0 of a later forward would read the stale prefix logit; step 1 has committed it, so it is never read.
+block position 0 of a later forward reads the first forward's prefix logit, where the reference reads the chunk's own
+first logit; step 1 has committed position 0, so the two differ only if it was predicted as the mask token.
 
 No EOS rule (neither reference has one): every block runs; tokens are cut after the first EOS. The references
 decode one prompt at a time; rows here advance in lockstep, each as it would alone (left padding masked).
