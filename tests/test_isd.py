@@ -155,9 +155,10 @@ def test_engine_acceptance_equals_a_transcription_of_the_engine(temperature, top
     specs = draft_logits.argmax(-1)
     want = engine_verify(clean[:, :k], draft_logits, specs, clean[:, k], temperature, top_k, top_p,
                          1.0 / (1.0 + relax), torch.Generator().manual_seed(7))
-    res = idlm_engine_accept(specs, sampling_probs(draft_logits, temperature), sampling_probs(clean[:, :k], temperature),
-                             sampling_probs(clean[:, k], temperature, top_k, top_p), torch.Generator().manual_seed(7),
-                             relax)
+    res = idlm_engine_accept(specs, sampling_probs(draft_logits, temperature),
+                             sampling_probs(clean[:, :k], temperature), sampling_probs(clean[:, k], temperature, top_k,
+                                                                                       top_p),
+                             torch.Generator().manual_seed(7), relax)
     assert res.emitted(specs) == want
     assert 0 < int((res.accepted < k).sum()) < n                   # rejections and full acceptances both occur
 

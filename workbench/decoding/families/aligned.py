@@ -6,8 +6,8 @@
   ``denoising_steps = block_length``, a ``threshold``): greedy, and the ``threshold < 1`` dynamic rule. (SDAR's
   ``generate.py`` has no greedy path: with ``top_k=1`` it scores the filtered distribution, every confidence is 1
   and the whole block unmasks in one step.)
-* Fast-dLLM v2: ydshi0/Fast-dLLM ``v2/generation_functions.py: Fast_dLLM_QwenForCausalLM.batch_sample``
-  (threshold decoding in sub-blocks, temperature 0).
+* Fast-dLLM v2: NVlabs/Fast-dLLM ``v2/generation_functions.py: Fast_dLLM_QwenForCausalLM.batch_sample`` (upstream
+  8292f3c, read from the fork ydshi0/Fast-dLLM): threshold decoding in sub-blocks, temperature 0.
 
 Both references decode one prompt at a time (SDAR's ``x = torch.full((1, total_length), …)``; Fast-dLLM v2's rows
 only meet in batched forwards), so these decoders run the rows of a batch one after another, each as the reference
