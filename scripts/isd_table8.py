@@ -2,8 +2,9 @@
 
 I-DLM evaluates quality with T = 1, top-k 50, top-p 0.95 for ISD and its AR baseline alike, averaged over three
 runs (App. H, Table 8, "Sampling parameters"). This script decodes held-out prompts free-running with the shipped
-I-DLM adapter (R-ISD: the base model verifies, so ISD is lossless with respect to the base's AR sampling under the
-same filters) at three settings: greedy, T = 1 unfiltered and T = 1 with Table 8's filters. Per setting and
+I-DLM adapter (R-ISD: the base model verifies; with sampled proposals ISD is lossless with respect to the base's AR
+sampling under the same filters, with argmax proposals it follows the I-DLM engine's acceptance, which is not) at
+three settings: greedy, T = 1 unfiltered and T = 1 with Table 8's filters. Per setting and
 decoder it prints one JSON line: tokens per forward, the pooled proposal acceptance p (ISD only), the per-slot
 rates, 8-gram repetition and whitespace share of the output, and tokens/s with AR decoding timed in the same
 process. Sampled settings average ``--seeds`` runs (each a different seed). Example::
@@ -38,7 +39,8 @@ def main() -> None:
     ap.add_argument("--gen_len", type=int, default=64)
     ap.add_argument("--seeds", type=int, default=3, help="runs per sampled setting (the paper averages three)")
     ap.add_argument("--proposals", nargs="+", default=["argmax", "sample"],
-                    help="ISD proposal rules at T > 0: 'argmax' (q = a point mass) and/or 'sample' (d ~ q)")
+                    help="ISD proposal rules at T > 0: 'argmax' (the I-DLM engine: verified against the full draft "
+                         "softmax) and/or 'sample' (d ~ q, lossless)")
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
     if args.threads:

@@ -1,8 +1,11 @@
-"""LLaDA and Dream against their own reference code (issue 57 §5): the tiny checkpoints in
-``tests/data/dllm_golden/{llada,dream}`` were saved by the families' modeling files, and their logits and
-``generate`` outputs computed by that code under transformers 4.57.6 (``PROVENANCE.md`` in each folder;
-``scripts/golden/make_dllm_golden.py``). Here the workbench opens the same folders natively (Llama / Qwen2 classes,
-no remote code) and must reproduce the logits (≤ 1e-5, fp32) and the sampled tokens exactly."""
+"""LLaDA and Dream against their own reference code: the tiny checkpoints in ``tests/data/dllm_golden/{llada,dream}``
+were saved by the families' modeling files, and their logits and ``generate`` outputs computed by that code under
+transformers 4.57.6 (``PROVENANCE.md`` in each folder; ``scripts/golden/make_dllm_golden.py``). Here the workbench
+opens the same folders natively (Llama / Qwen2 classes, no remote code) and must reproduce the logits (≤ 1e-5,
+fp32) and the generated tokens exactly: every case, LLaDA's classifier-free guidance, random remasking and
+Gumbel sampling and Dream's ``origin``, sampling, ``top_p`` / ``top_k`` and ``alg_temp`` included. The seeded
+cases were drawn after ``torch.manual_seed(seed)``; the decoders make the same draws from a generator seeded with
+``seed`` (CPU: the same stream)."""
 import json
 from pathlib import Path
 
@@ -45,8 +48,7 @@ def test_logits_equal_the_reference_model(family):
 
 
 def _cases(family):
-    ref = json.loads((GOLDEN / family / "reference.json").read_text())
-    return [g for g in ref["generate"] if not g.get("rng_dependent") and not g.get("cfg_scale")]
+    return json.loads((GOLDEN / family / "reference.json").read_text())["generate"]
 
 
 def _prompts(case):
@@ -61,7 +63,8 @@ def _prompts(case):
 def test_llada_generate_token_for_token(case):
     model, _, _ = _load("llada")
     res = get_policy("llada")(model, _prompts(case), case["gen_length"], block_length=case["block_length"],
-                              steps=case["steps"], pad_id=145)
+                              steps=case["steps"], temperature=case["temperature"], cfg_scale=case["cfg_scale"],
+                              remasking=case["remasking"], seed=case.get("torch_manual_seed", 0), pad_id=145)
     width = len(case["prompt"][0])
     assert res.tokens == [row[width:] for row in case["output"]]
 
@@ -70,6 +73,8 @@ def test_llada_generate_token_for_token(case):
 def test_dream_generate_token_for_token(case):
     model, _, _ = _load("dream")
     res = get_policy(f"dream_{case['alg']}")(model, _prompts(case), case["max_new_tokens"], steps=case["steps"],
-                                              top_p=case["top_p"], top_k=case["top_k"], pad_id=144)
+                                              top_p=case["top_p"], top_k=case["top_k"],
+                                              temperature=case["temperature"], alg_temp=case["alg_temp"],
+                                              seed=case.get("torch_manual_seed", 0), pad_id=144)
     width = len(case["prompt"][0])
     assert res.tokens == [row[width:] for row in case["output"]]

@@ -115,11 +115,13 @@ def _decoders(drafter=None, pad: int = EOS_ID, sep: int | None = None):
     }
 
 
-@pytest.mark.parametrize("name", ["ar", "ss_linear", "ss_quadratic", "isd", "deer", "simsd", "diffuspec"])
+@pytest.mark.parametrize("name", ["ar", "ss_linear", "ss_quadratic", "isd_sample", "deer", "simsd", "diffuspec"])
 def test_top_k_one_sampling_is_greedy_decoding(name):
     """Top-k 1 leaves one token in the drafter's q and the verifier's p alike, so sampling at T = 1 reproduces
     the decoder's greedy output token for token; a decoder that dropped the filter anywhere would sample from
-    a near-uniform random model and part from it at once. Unfiltered sampling does part (the control)."""
+    a near-uniform random model and part from it at once. Unfiltered sampling does part (the control). (ISD's
+    argmax proposals follow the I-DLM engine, which verifies them against the unfiltered p and q: not greedy at
+    top-k 1, so ISD is checked with sampled proposals.)"""
     model, decode = _micro(0), _decoders()[name]
     greedy = decode(model, PROMPTS, 16).tokens
     assert decode(model, PROMPTS, 16, temperature=1.0, top_k=1, seed=3).tokens == greedy

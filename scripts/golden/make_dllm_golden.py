@@ -29,7 +29,10 @@ Run from the repository root::
 Everything is fp32 on CPU, single-threaded, with fixed seeds; rerunning
 reproduces the files byte for byte on the same torch build (the weights are
 drawn from torch's CPU generator, so another torch version may draw other
-numbers: in that case regenerate the whole folder, never a part of it).
+numbers: in that case regenerate the whole folder, never a part of it). On
+another CPU ``reference_logits.safetensors`` may differ in the last bits (3.6e-6
+seen; the tests allow 1e-5) while every other file is identical; cases added to
+``reference.json`` then replace that file only (PROVENANCE.md says so).
 """
 
 from __future__ import annotations
@@ -276,6 +279,22 @@ def llada_generate_cases():
                       attention_mask=None, steps=8, gen_length=16, block_length=8,
                       temperature=0.7, cfg_scale=0.0, remasking="low_confidence",
                       torch_manual_seed=1234, rng_dependent=True))
+    # classifier-free guidance with left padding, random remasking, Gumbel sampling with CFG and with padding
+    # (the seeded cases reproduce only with the same random draws, in generate's order and shapes)
+    leftpad = dict(prompt=[[LLADA_EOS] * 3 + LLADA_PROMPT_SHORT, LLADA_PROMPT_A],
+                   attention_mask=[[0, 0, 0, 1, 1, 1], [1] * 6])
+    cases.append(dict(name="b2_leftpad_cfg1.0_gen16_block8_steps16", **leftpad, steps=16, gen_length=16,
+                      block_length=8, temperature=0.0, cfg_scale=1.0, remasking="low_confidence"))
+    cases.append(dict(name="b1_random_seed_gen16_block8_steps8", prompt=[LLADA_PROMPT_A], attention_mask=None,
+                      steps=8, gen_length=16, block_length=8, temperature=0.0, cfg_scale=0.0, remasking="random",
+                      torch_manual_seed=7, rng_dependent=True))
+    cases.append(dict(name="b2_temp1.0_random_cfg0.5_seed_gen16_block8_steps8",
+                      prompt=[LLADA_PROMPT_A, LLADA_PROMPT_B], attention_mask=[[1] * 6, [1] * 6], steps=8,
+                      gen_length=16, block_length=8, temperature=1.0, cfg_scale=0.5, remasking="random",
+                      torch_manual_seed=99, rng_dependent=True))
+    cases.append(dict(name="b2_leftpad_temp0.5_seed_gen16_block4_steps8", **leftpad, steps=8, gen_length=16,
+                      block_length=4, temperature=0.5, cfg_scale=0.0, remasking="low_confidence",
+                      torch_manual_seed=5, rng_dependent=True))
     return cases
 
 
@@ -431,6 +450,29 @@ def dream_generate_cases():
                       attention_mask=None, max_new_tokens=16, steps=8, alg="maskgit_plus",
                       alg_temp=0.0, temperature=0.5, top_p=None, top_k=None, output_history=False,
                       torch_manual_seed=1234, rng_dependent=True))
+    # sampling with the top_p / top_k filters, alg_temp, origin with sampling, left padding (seeded: they
+    # reproduce only with the same random draws, in _sample's order and shapes)
+    seeded = dict(output_history=False, rng_dependent=True)
+    cases.append(dict(name="b1_maskgit_plus_temp1.0_topp0.9_seed_new16_steps8", prompt=[DREAM_PROMPT_A],
+                      attention_mask=None, max_new_tokens=16, steps=8, alg="maskgit_plus", alg_temp=0.0,
+                      temperature=1.0, top_p=0.9, top_k=None, torch_manual_seed=11, **seeded))
+    cases.append(dict(name="b1_topk_margin_temp0.8_topk5_seed_new16_steps8", prompt=[DREAM_PROMPT_A],
+                      attention_mask=None, max_new_tokens=16, steps=8, alg="topk_margin", alg_temp=0.0,
+                      temperature=0.8, top_p=None, top_k=5, torch_manual_seed=12, **seeded))
+    cases.append(dict(name="b1_entropy_temp0.6_algtemp0.5_seed_new16_steps8", prompt=[DREAM_PROMPT_A],
+                      attention_mask=None, max_new_tokens=16, steps=8, alg="entropy", alg_temp=0.5,
+                      temperature=0.6, top_p=None, top_k=None, torch_manual_seed=13, **seeded))
+    cases.append(dict(name="b2_origin_temp0.7_topk20_seed_new16_steps8", prompt=[DREAM_PROMPT_A, DREAM_PROMPT_B],
+                      attention_mask=None, max_new_tokens=16, steps=8, alg="origin", alg_temp=0.0,
+                      temperature=0.7, top_p=None, top_k=20, torch_manual_seed=14, **seeded))
+    cases.append(dict(name="b1_maskgit_plus_algtemp1.0_seed_new16_steps8", prompt=[DREAM_PROMPT_A],
+                      attention_mask=None, max_new_tokens=16, steps=8, alg="maskgit_plus", alg_temp=1.0,
+                      temperature=0.0, top_p=None, top_k=None, torch_manual_seed=15, **seeded))
+    cases.append(dict(name="b2_leftpad_maskgit_plus_temp1.0_seed_new16_steps16",
+                      prompt=[[DREAM_EOS] * 3 + DREAM_PROMPT_SHORT, DREAM_PROMPT_A],
+                      attention_mask=[[0, 0, 0, 1, 1, 1], [1] * 6], max_new_tokens=16, steps=16,
+                      alg="maskgit_plus", alg_temp=0.0, temperature=1.0, top_p=None, top_k=None,
+                      torch_manual_seed=16, **seeded))
     return cases
 
 

@@ -37,14 +37,31 @@ def _serial(model, prompts, gen_len, block_length: int, **kw) -> DecodeResult:
     return diffusion_decode(model, prompts, gen_len, block_length, serial_rule, **kw)
 
 
-register_decoder(DecoderSpec("ar_greedy", _ar_greedy, family="ar", lossless=True,
+#: Options of the block-diffusion decoders built on :func:`diffusion_decode` (besides the rule's own).
+DIFFUSION_OPTIONS = ("block_length", "real_continuation", "use_cache", "pad_id", "precision", "on_step",
+                     "commit_last_block")
+#: Options of :func:`ar_decode` (``threshold``: a knob of the block decoders, accepted and unused).
+AR_OPTIONS = ("threshold", "use_cache", "real_continuation", "block_length", "pad_id", "precision")
+
+register_decoder(DecoderSpec("ar_greedy", _ar_greedy, family="ar", lossless=True, options=AR_OPTIONS,
+                             reference="Nemotron-Labs-Diffusion (arXiv:2607.05722) §3.1: AR greedy decoding, the "
+                             "baseline",
                              description="AR greedy with a KV cache (the baseline; NLD §3.1)"))
 register_decoder(DecoderSpec("ar_sample", _ar_sample, family="ar", temperature=True,
+                             options=AR_OPTIONS + ("temperature", "seed", "top_k", "top_p"),
+                             reference="own: AR sampling with transformers generate's temperature, top-k, top-p order",
                              description="AR sampling at a temperature > 0"))
 register_decoder(DecoderSpec("confidence", _confidence, sweep="block_length+threshold", block_commits=True,
-                             ceiling="serial", description="block diffusion, commit every position with top-1 "
+                             ceiling="serial", options=DIFFUSION_OPTIONS + ("threshold",),
+                             reference="Nemotron-Labs-Diffusion (arXiv:2607.05722) §3.2 (Fast-dLLM's confidence "
+                             "threshold, every block starting from masks as vLLM's NLD); own: the mask token is "
+                             "never predicted",
+                             description="block diffusion, commit every position with top-1 "
                              "probability ≥ τ (NLD §3.2)"))
 register_decoder(DecoderSpec("serial", _serial, sweep="block_length", block_commits=True, ceiling="serial",
+                             options=DIFFUSION_OPTIONS + ("threshold",),
+                             reference="Nemotron-Labs-Diffusion (arXiv:2607.05722) §4.1: serial denoising, k = 1 "
+                             "(threshold accepted and unused)",
                              description="block diffusion, one position per forward: the serial target (NLD §4.1)"))
 
 from . import families as _families  # noqa: E402,F401  (registers the released families' own decoders)

@@ -21,8 +21,8 @@ class DecodeConfig(ModelLoading):
     gen_len: int = 64
     """Tokens to generate at most (decoding stops at the tokenizer's end-of-sequence token, as generate does)."""
     block_length: int | None = None
-    """Block length of diffusion policies (default: the model's trained block size, e.g. 32 for NLD and 4 for SDAR,
-    else 16)."""
+    """Block length of diffusion policies (default: the model's trained block size, e.g. 32 for NLD, else 16; a
+    policy that sweeps no length, e.g. sdar or dream_*, keeps its own: the family's block, or none)."""
     threshold: float = 0.9
     """Confidence threshold τ in (0, 1]."""
     temperature: float = 1.0
@@ -109,7 +109,10 @@ def main(argv: list[str]) -> int:
     set_attention_path(model, cfg.attention)
     artefact = _artefact(cfg, model, tok)
     ids = bos_prefix(tok) + tok(text, add_special_tokens=False)["input_ids"]   # the tokenizer's BOS convention
-    block = cfg.block_length if cfg.block_length is not None else getattr(model, "block_size", None) or 16
+    spec = get_decoder(cfg.policy)
+    block = cfg.block_length
+    if block is None and spec.sweep != "none":        # a decoder without a swept length keeps its own (or none)
+        block = getattr(model, "block_size", None) or 16
     kw = dict(block_length=block, precision=cfg.precision, pad_id=tok.pad_token_id or 0, eos_id=tok.eos_token_id)
     if get_decoder(cfg.policy).sweep == "block_length+threshold":      # confidence, sampler
         kw["threshold"] = cfg.threshold

@@ -20,14 +20,15 @@ StepCallback = Callable[[int, int, torch.Tensor, torch.Tensor, torch.Tensor, tor
 def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length: int, rule: CommitRule,
                      real_continuation: list[list[int]] | None = None, use_cache: bool = True,
                      pad_id: int = 0, precision: str = "fp32", on_step: StepCallback | None = None,
-                     rule_sees_truth: bool = False, commit_last_block: bool = True,
-                     seed_block_start: bool = False) -> DecodeResult:
+                     rule_sees_truth: bool = False, commit_last_block: bool = True) -> DecodeResult:
     """Decode ``gen_len`` tokens per prompt block by block.
 
     Each block starts as ``B`` mask tokens. Every forward computes diffusion logits of the block over
     the cached prefix (the cache is not grown), ``rule(probs, masked)`` picks positions to commit and
-    they receive their argmax token. When no mask is left, one causal forward of the filled block
-    extends the KV cache (counted in ``extra_forwards``, i.e. in ``tpf_real`` only). Rows advance in
+    they receive their argmax token; the mask token itself is never predicted (its logit is removed before the
+    softmax: the workbench's own decoders, unlike some released loops, e.g. NLD's
+    :func:`~workbench.decoding.families.nld.nld_generate_decode`). When no mask is left, one causal forward of the
+    filled block extends the KV cache (counted in ``extra_forwards``, i.e. in ``tpf_real`` only). Rows advance in
     lockstep; a row's forwards count only the steps in which it still had masked positions.
 
     Args:
@@ -44,9 +45,6 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
         rule_sees_truth: call ``rule(probs, masked, truth)`` with the real block ``(N, B)`` (the hybrid
             trajectory policy, NLD App. A); needs ``real_continuation``.
         commit_last_block: False skips the KV-commit forward after the last block (nothing follows it).
-        seed_block_start: block position 0 starts as the AR next token (the argmax of the prefill's or the last
-            KV-commit's logit, the mask token excluded) instead of a mask: NLD's Hugging Face ``generate_diffusion``
-            (``causal_context=True``); vLLM's NLD starts from all masks (the default). Needs an AR mode.
 
     Returns a :class:`DecodeResult`. Raises :class:`~workbench.decoding.base.DecodeError` on bad lengths.
     """
@@ -66,23 +64,13 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
     t0 = time.perf_counter()
     with autocast_for(dev, precision):
         cache = model.new_cache()
-        last = None                                               # the last commit's logits (read when seeding)
         if use_cache:
-            last = model.extend(ids, cache, valid, logits_to_keep=1)
+            model.extend(ids, cache, valid, logits_to_keep=1)
         ctx_ids, ctx_valid = ids, valid
         for start in range(0, gen_len, b):
             block = torch.full((n, b), model.mask_token_id, dtype=torch.long, device=dev)
             kv = torch.cat([ctx_valid, ones], 1)
             masked = torch.ones((n, b), dtype=torch.bool, device=dev)
-            if seed_block_start:
-                if not use_cache:
-                    last = model.extend(ctx_ids, model.new_cache(), ctx_valid, logits_to_keep=1)
-                ar = last[:, -1].float()
-                ar[:, model.mask_token_id] = float("-inf")
-                p_ar = torch.softmax(ar, dim=-1)
-                block[:, 0] = p_ar.argmax(dim=-1)
-                qs[:, start] = p_ar.max(dim=-1).values
-                masked[:, 0] = False
             truth = real[:, start:start + b] if real is not None else None
             if rule_sees_truth and truth is None:
                 raise DecodeError("this policy needs the real continuation (ground truth)")
@@ -119,7 +107,7 @@ def diffusion_decode(model, prompts: list[list[int]], gen_len: int, block_length
             if start + b == gen_len and not commit_last_block:
                 break
             if use_cache:
-                last = model.extend(committed, cache, kv, logits_to_keep=1)  # KV commit (logits read when seeding)
+                model.extend(committed, cache, kv, logits_to_keep=1)     # KV commit
                 calls += commit_forward
             ctx_ids, ctx_valid = torch.cat([ctx_ids, committed], 1), kv
             for r in range(n):

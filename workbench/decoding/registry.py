@@ -8,8 +8,10 @@ anywhere else that lists :data:`DECODERS`) without any edit there.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
+import inspect
 import pkgutil
 from dataclasses import dataclass
 from typing import Callable
@@ -63,6 +65,16 @@ class DecoderSpec:
         approximates: the decoder whose exact computation this one approximates (a cache that is not exact); the
             leaderboard reports their agreement (``agree_exact``).
         description: one line for listings.
+        reference: what the decoder reproduces: ``"<repository> <file>: <function>"`` (a released family's own
+            sampler, with the settings it is reproduced at), a paper (``"<paper> (arXiv <id>) §<section>"``), or
+            ``"own: ..."`` saying how it differs from the nearest published loop.
+        options: the keyword options the decoder takes; :func:`get_policy` refuses any other in one line. None:
+            the parameters of ``decode`` after ``(model, prompts, gen_len)`` (those a ``functools.partial`` binds
+            excluded); a ``decode`` that takes ``**kwargs`` must list them, or nothing is checked (every built-in
+            decoder lists or states them: ``tests/test_decoder_options.py``).
+        own_eos_rule: the decoder takes ``eos_id`` and stops at it as its reference does (forward counts
+            included; see :func:`get_policy`); otherwise :func:`get_policy` cuts its result with
+            :func:`~workbench.decoding.base.stop_at_eos`.
     """
 
     name: str
@@ -85,12 +97,34 @@ class DecoderSpec:
     reference_of: tuple[str, ...] = ()
     approximates: str | None = None
     description: str = ""
+    reference: str = ""
+    options: tuple[str, ...] | None = None
+    own_eos_rule: bool = False
 
     def __post_init__(self):
         if self.sweep not in SWEEPS:
             raise ValueError(f"decoder {self.name}: unknown sweep {self.sweep!r}; valid: {', '.join(SWEEPS)}")
         if self.target_forwards not in ("forwards", "both", "extra"):
             raise ValueError(f"decoder {self.name}: target_forwards must be forwards, both or extra")
+
+    def accepted_options(self) -> frozenset[str] | None:
+        """The keyword options :func:`get_policy` lets through to ``decode`` (see :attr:`options`), or None when
+        they cannot be known (a ``**kwargs`` function without :attr:`options`); ``eos_id`` is :func:`get_policy`'s
+        own and never in it."""
+        if self.options is not None:
+            return frozenset(self.options) - {"eos_id"}
+        if _takes_var_keywords(self.decode):
+            return None
+        return frozenset(_keyword_parameters(self.decode)) - {"eos_id"}
+
+    def check_options(self, options: dict) -> None:
+        """Raise :class:`DecodeError` (one line) for an option this decoder does not take, instead of letting it
+        be dropped or fail as a ``TypeError``."""
+        accepted = self.accepted_options()
+        unknown = [] if accepted is None else sorted(set(options) - accepted)
+        if unknown:
+            raise DecodeError(f"decoder {self.name} has no option {', '.join(unknown)}; its options: "
+                              f"{', '.join(sorted(accepted))}")
 
     @property
     def mode(self) -> str:
@@ -123,6 +157,19 @@ class DecoderSpec:
             return 1.0, 0.0
         n = float(length or 1)
         return (n, n) if self.family == "diffusion" else (n + 1, n + 1)
+
+
+def _takes_var_keywords(fn: Callable) -> bool:
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+
+
+def _keyword_parameters(fn: Callable) -> list[str]:
+    """Names of ``fn``'s parameters after ``(model, prompts, gen_len)`` that a caller may pass by keyword, less
+    those a ``functools.partial`` already binds."""
+    bound = set(fn.keywords) if isinstance(fn, functools.partial) else set()
+    params = [p for p in inspect.signature(fn).parameters.values()
+              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return [p.name for p in params[3:] if p.name not in bound]
 
 
 #: Registered decoders by name.
@@ -161,15 +208,22 @@ def get_decoder(name: str) -> DecoderSpec:
 def get_policy(name: str) -> Callable[..., DecodeResult]:
     """The decode function of decoder ``name``; raises :class:`DecodeError` listing the valid names.
 
-    The function takes ``(model, prompts, gen_len, **options)``; with ``eos_id=<id>`` a free-running decode
-    (no ``real_continuation``) stops each row at that token, as ``generate`` does
-    (:func:`~workbench.decoding.base.stop_at_eos`)."""
+    The function takes ``(model, prompts, gen_len, **options)`` and refuses, in one line, an option the decoder
+    does not take (:meth:`DecoderSpec.check_options`). With ``eos_id=<id>`` a free-running decode (no
+    ``real_continuation``) stops each row at that token: a decoder with its reference's own stopping rule
+    (:attr:`DecoderSpec.own_eos_rule`) receives ``eos_id`` and applies that rule, forward counts included; the
+    others are cut by :func:`~workbench.decoding.base.stop_at_eos`."""
     spec = get_decoder(name)
 
     def decode(model, prompts, gen_len, eos_id: int | None = None, **kw) -> DecodeResult:
         spec.check_model(model)
+        spec.check_options(kw)
+        free = kw.get("real_continuation") is None
+        if spec.own_eos_rule:
+            return spec.decode(model, prompts, gen_len, **kw, **({"eos_id": eos_id} if free and eos_id is not None
+                                                                 else {}))
         res = spec.decode(model, prompts, gen_len, **kw)
-        if eos_id is None or kw.get("real_continuation") is not None:
+        if eos_id is None or not free:
             return res
         return stop_at_eos(res, eos_id, kw.get("block_length") if spec.block_commits else None)
 

@@ -21,4 +21,8 @@ register_decoder(DecoderSpec("deer", _deer, load=_load, target_forwards="extra",
                              cost=lambda k, ratio: (ratio * k, float(k + 1)), family="speculative", sweep="draft_length", lossless=True,
                              ceiling="ar_greedy", needs="drafter", real_context=False,
                              needs_hint="workbench train deer --stage 1 (then --stage 2)",
+                             # block_length and threshold: the harness's knobs of other decoders, accepted and unused
+                             options=("drafter", "draft_length", "temperature", "real_continuation", "pad_id",
+                                      "precision", "seed", "top_k", "top_p", "block_length", "threshold"),
+                             reference="DEER (arXiv:2512.15176) Algorithm 1",
                              description="DEER: a separate diffusion drafter drafts a block, the AR target verifies"))

@@ -56,4 +56,9 @@ for _name, _cps, _adl, _desc in (
                                  sweep="none" if _adl else "draft_length", lossless=True, ceiling="ar_greedy",
                                  needs="proxy" if _cps else None, needs_hint=PROXY_HINT if _cps else None,
                                  load=_load_proxy if _cps else None, target_forwards="both", real_context=False,
-                                 cost=_cost, ablation=_name in ("diffuspec_cps", "diffuspec_adl"), description=_desc))
+                                 cost=_cost, ablation=_name in ("diffuspec_cps", "diffuspec_adl"), description=_desc,
+                                 # pad_id and threshold: the harness's, accepted and unused (one prompt at a time)
+                                 options=("proxy", "real_continuation", "threshold", "draft_length", "block_length",
+                                          "temperature", "precision", "seed", "top_k", "top_p", "pad_id"),
+                                 reference="DiffuSpec (arXiv:2510.02358) Algorithm 1" + (
+                                     "" if _name == "diffuspec" else f"; its Table 2 ablation ({_desc.split(': ')[1]})")))

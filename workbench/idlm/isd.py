@@ -19,11 +19,18 @@ it (noisy position ``i`` sees clean tokens before its stride-sized block and ear
 
 **Acceptance** (Algorithm 1, lines 15–28): at temperature 0, a proposal is accepted iff it is the anchor's argmax,
 the first rejection emits the anchor's argmax, and a fully accepted step emits the bonus token: the output equals
-AR greedy of the anchors' model token for token. At temperature T > 0 proposals are the argmax of the masks'
-logits (as the paper's engine does), i.e. drawn from a point mass ``q = δ_d``; min(1, p/q) then accepts ``d`` with
-probability ``p(d)`` and a rejection resamples from normalize(max(0, p − q)), so every emitted token is
-distributed as a draw from ``p = softmax(anchor / T)`` (Leviathan et al. 2023). ``proposal="sample"`` draws
-``d ~ q = softmax(mask logits / T)`` instead.
+AR greedy of the anchors' model token for token. At temperature T > 0:
+
+* ``proposal="argmax"`` (the I-DLM engine, :func:`idlm_engine_accept`): proposals are the argmax of the masks'
+  logits, and they are verified against the **full** draft distribution ``q = softmax(mask logits / T)``, as the
+  engine verifies them (``idlm_blockN.py``: it stores the draft's scaled logits): ``d_j`` is accepted when
+  ``u < p_j(d_j) / q_j(d_j)`` with ``p_j = softmax(anchor_j / T)`` (neither filtered by top-k / top-p), the
+  first rejection emits a draw from normalize(max(0, p_j − q_j)), and a fully accepted step a draw from the
+  filtered ``p_N``. As ``d`` is the argmax of ``q`` and not a draw from it, the emitted tokens are not exactly
+  distributed as ``p``: this is the engine's rule, not a lossless one;
+* ``proposal="sample"``: ``d ~ q = softmax(mask logits / T)`` (filtered as ``p``), verified by the speculative
+  sampling rule (Leviathan et al. 2023), so every emitted token is distributed as a draw from the filtered
+  ``p = softmax(anchor / T)``.
 
 **KV cache**: only the accepted tokens' keys are kept (clean positions, so with a gated LoRA they are the base's
 keys); rejected proposals and every mask are punched out or cropped.
@@ -38,7 +45,7 @@ import torch
 from ..decoding.base import DecodeError, DecodeResult
 from ..decoding.sampling import NO_TOP_K, NO_TOP_P, check_sampling, sampling_probs
 from ..model.gated_lora import lora_positions
-from ..speculative.accept import greedy_accept, speculative_accept
+from ..speculative.accept import AcceptResult, accepted_prefix_length, greedy_accept, speculative_accept
 from ..speculative.context import SpecContext
 from ..speculative.driver import (Tally, drafted_probs, emitted_probs, masked_draft_logits, pick_draft,
                                   run_speculation, token_probs)
@@ -58,6 +65,51 @@ def isd_tpf(accept: list[float]) -> float:
         c *= p
         cum.append(c)
     return (2.0 + sum(cum[:-1])) / (2.0 - cum[-1])
+
+
+def idlm_engine_accept(draft: torch.Tensor, draft_probs: torch.Tensor, verify_probs: torch.Tensor,
+                       bonus_probs: torch.Tensor, generator: torch.Generator | None = None,
+                       relax: float = 0.0) -> AcceptResult:
+    """The I-DLM engine's verification at temperature > 0 (thuEcstasy/I-DLM
+    ``inference/sglang/sglang/srt/dllm/algorithm/idlm_blockN.py: IDLMBlockN.run``, "Standard verify", and
+    ``_batched_sample`` for the bonus token), batched over rows, in the engine's order of random draws.
+
+    Args:
+        draft: ``(N, k)`` proposals (the argmax of the draft logits).
+        draft_probs: ``(N, k, V)`` ``q_j``: the full softmax of the draft logits at the temperature.
+        verify_probs: ``(N, k, V)`` ``p_j``: the full softmax of the anchors verifying them at the temperature.
+        bonus_probs: ``(N, V)``: the sampling distribution of the bonus token (the anchor after the last proposal,
+            temperature, top-k and top-p applied: the engine's ``_batched_sample``).
+        generator: RNG of the draws: ``rand (N·k)`` uniforms, then one correction per proposal from
+            normalize(max(0, p_j − q_j)) (``p_j`` where that is empty), then the bonus token.
+        relax: τ ≥ 0 of I-DLM §4.3: the ratio is ``(1 + τ) p/q`` (the engine's ``verify_alpha`` = 1 / (1 + τ)).
+
+    ``d_j`` passes when ``ratio ≥ 1`` or ``u_j < ratio`` (``ratio = 0`` where ``q_j(d_j) = 0``); ``accepted`` is
+    the leading run of passes; the emitted token is the correction at the first failure, else the bonus token.
+    Returns an :class:`~workbench.speculative.accept.AcceptResult` whose ``next_prob`` is the probability of the
+    emitted token under the distribution it was drawn from.
+    """
+    n, k = draft.shape
+    p = verify_probs.float()
+    q = draft_probs.float()
+    p_d = p.gather(-1, draft[..., None])[..., 0]
+    q_d = q.gather(-1, draft[..., None])[..., 0]
+    u = torch.rand(n * k, generator=generator, device=draft.device).view(n, k)
+    scaled_q = q_d / (1.0 + relax)
+    ratio = torch.where(scaled_q > 0, p_d / scaled_q, torch.zeros_like(p_d))
+    accepted = accepted_prefix_length((ratio >= 1.0) | (u < ratio))
+    corrected = (p - q).clamp_min(0)
+    sums = corrected.sum(-1, keepdim=True)
+    corrected = torch.where(sums > 0, corrected / sums, p)
+    corr = torch.multinomial(corrected.reshape(n * k, -1), 1, generator=generator).view(n, k)
+    bonus = torch.multinomial(bonus_probs.float(), 1, generator=generator)[:, 0]
+    rows = torch.arange(n, device=draft.device)
+    at = accepted.clamp_max(k - 1)
+    full = accepted == k
+    next_token = torch.where(full, bonus, corr[rows, at])
+    next_prob = torch.where(full, bonus_probs.float().gather(-1, bonus[:, None])[:, 0],
+                            corrected[rows, at].gather(-1, corr[rows, at][:, None])[:, 0])
+    return AcceptResult(accepted, next_token, next_prob)
 
 
 class ISDSpeculator:
@@ -85,13 +137,13 @@ class ISDSpeculator:
         self.q = None
 
     def _propose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """Proposals ``(rows, N − 1)`` from mask logits ``(rows, N − 1, V)``, the distribution they came from
-        (``None`` at temperature 0; a point mass for argmax proposals at T > 0) and each proposal's ``q_k``
-        ``(rows, N − 1)`` (I-DLM §2)."""
+        """Proposals ``(rows, N − 1)`` from mask logits ``(rows, N − 1, V)``, the distribution they are verified
+        against (``None`` at temperature 0; for argmax proposals at T > 0 the full draft softmax, as the engine)
+        and each proposal's ``q_k`` ``(rows, N − 1)`` (I-DLM §2)."""
         z = masked_draft_logits(logits, self.model.mask_token_id)
         if self.temperature > 0 and self.proposal == "argmax":
             d = z.argmax(-1)
-            q = torch.nn.functional.one_hot(d, z.shape[-1]).float()
+            q = sampling_probs(z, self.temperature)
         else:
             d, q = pick_draft(z, self.temperature, self.generator, **self.warp)
         return d, q, drafted_probs(z, d, q, self.temperature)
@@ -112,11 +164,16 @@ class ISDSpeculator:
         anchors = m.hide_mask_column(logits[:, :n])
         p_rows = self.has
         # P rows: verify the pending proposals against the anchors
+        # before the first proposals (every row an NP row) a placeholder q: its verification is discarded
+        q = self.q if self.q is not None else torch.nn.functional.one_hot(self.draft, anchors.shape[-1]).float()
         if self.temperature <= 0:
             res = greedy_accept(self.draft, anchors)
+        elif self.proposal == "argmax":                 # the engine: full draft softmax, unfiltered p
+            res = idlm_engine_accept(self.draft, q, sampling_probs(anchors[:, : n - 1], self.temperature),
+                                     sampling_probs(anchors[:, n - 1], self.temperature, **self.warp),
+                                     self.generator, self.relax)
         else:
             p = sampling_probs(anchors, self.temperature, **self.warp)
-            q = self.q if self.q is not None else torch.nn.functional.one_hot(self.draft, p.shape[-1]).float()
             res = speculative_accept(self.draft, q, p, self.generator, self.relax)
         # NP rows: the exact token from the anchor at x
         if self.temperature <= 0:

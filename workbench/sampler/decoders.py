@@ -16,5 +16,8 @@ def _load(path, model, tokenizer):
 
 register_decoder(DecoderSpec("sampler", _sampler, load=_load, sweep="block_length+threshold", block_commits=True,
                              ceiling="serial", needs="sampler",
+                             options=("block_length", "threshold", "sampler", "fallback", "real_continuation",
+                                      "use_cache", "pad_id", "precision", "on_step", "commit_last_block"),
+                             reference="Nemotron-Labs-Diffusion (arXiv:2607.05722) §3.2, App. A: the learned sampler",
                              needs_hint="workbench train sampler --store <trajectory store>",
                              description="block diffusion, commit where the 4-layer sampler's probability ≥ τ"))

@@ -28,6 +28,10 @@ def _load(path, model, tokenizer):
 
 register_decoder(DecoderSpec("simsd", _simsd, family="diffusion", sweep="block_length", block_commits=True,
                              ceiling="serial", needs="drafter", load=_load,
+                             # pad_id and threshold: the harness's, accepted and unused
+                             options=("drafter", "threshold", "block_length", "temperature", "real_continuation",
+                                      "precision", "seed", "top_k", "top_p", "pad_id"),
+                             reference="SimSD (arXiv:2606.02544) §3.2",
                              needs_hint="workbench train deer --stage 1 (then --stage 2)",
                              # counted forwards: the verify forward of 2B tokens and the finishing steps (B tokens,
                              # charged as 2B: an upper bound); extra: the B-token KV commit. The drafter's forwards

@@ -1,12 +1,30 @@
-"""The reference samplers of the block-causal families whose blocks sit at absolute positions: SDAR's
-``block_diffusion_generate`` (``low_confidence_dynamic``) and Fast-dLLM v2's ``generate`` (threshold decoding in
-sub-blocks). Both references decode one prompt at a time (``x = torch.full((1, total_length), …)``), so these
-decoders run the rows of a batch one after another, each exactly as the reference would.
+"""The reference samplers of the block-causal families whose blocks sit at absolute positions:
+
+* SDAR: the evaluation harness's loop, JetAstra/SDAR
+  ``evaluation/opencompass/opencompass/models/huggingface_bd3.py: block_diffusion_generate``, at the settings of
+  ``evaluation/opencompass/configs/eval_sdar_hf.py`` (``temperature=1.0, top_k=1, remasking='low_confidence'``,
+  ``denoising_steps = block_length``, a ``threshold``): greedy, and the ``threshold < 1`` dynamic rule. (SDAR's
+  ``generate.py`` has no greedy path: with ``top_k=1`` it scores the filtered distribution, every confidence is 1
+  and the whole block unmasks in one step.)
+* Fast-dLLM v2: NVlabs/Fast-dLLM ``v2/generation_functions.py: Fast_dLLM_QwenForCausalLM.batch_sample`` (upstream
+  8292f3c, read from the fork ydshi0/Fast-dLLM): threshold decoding in sub-blocks, temperature 0.
+
+Both references decode one prompt at a time (SDAR's ``x = torch.full((1, total_length), …)``; Fast-dLLM v2's rows
+only meet in batched forwards), so these decoders run the rows of a batch one after another, each as the reference
+would.
 
 The first decoded block holds the prompt's tail (``P mod S`` clean tokens, held back by the adapter,
 :class:`~workbench.model.families.adapters.BlockCausalFamilyLM`) and ``S - P mod S`` masks; every later block is
 ``S`` masks. The reference generates up to the next block boundary; the first ``gen_len`` tokens are returned.
 Greedy only: the argmax is the prediction and its confidence is the softmax probability of that argmax.
+
+**EOS** (``eos_id``, the references' stop token), and the forwards spent after it:
+
+* SDAR's loop stops after the block that holds a stop token, that block's KV-commit forward included;
+* Fast-dLLM v2's row is finished once a denoising step unmasks its stop token (a block's first token, seeded from
+  the commit, does not count); the block is still finished, and its KV-commit forward is not run.
+
+Tokens are cut after the first EOS.
 """
 from __future__ import annotations
 
@@ -15,6 +33,7 @@ import time
 import torch
 
 from ..base import DecodeError, DecodeResult, autocast_for, check_lengths
+from .stopping import cut_at_eos
 
 
 def even_schedule(length: int, steps: int) -> list[int]:
@@ -32,10 +51,13 @@ def _family_block(model, block_length: int | None, who: str) -> int:
     return s
 
 
-def _row_decode(model, prompt: list[int], gen_len: int, s: int, fill, ar_first: bool):
+def _row_decode(model, prompt: list[int], gen_len: int, s: int, fill, ar_first: bool, stop: str | None = None,
+                eos_id: int | None = None):
     """Decode one prompt block by block; ``fill(window, cache, kv, block_start) -> (window, forwards, steps)``
     denoises one window. ``ar_first``: a block after a commit starts with the greedy next token of the commit's
-    last logit (Fast-dLLM v2). Returns ``(tokens, forwards, commits, per_step, step_tokens)``."""
+    last logit (Fast-dLLM v2). ``stop`` with an ``eos_id``: ``'block'`` ends after the committed block holding it
+    (SDAR), ``'row'`` after the block in which a denoising step unmasked it, without that block's commit
+    (Fast-dLLM v2). Returns ``(tokens, forwards, commits, per_step, step_tokens)``."""
     dev, m = model.device, model.mask_token_id
     p = len(prompt)
     ids = torch.tensor([prompt], device=dev)
@@ -58,21 +80,26 @@ def _row_decode(model, prompt: list[int], gen_len: int, s: int, fill, ar_first: 
         per_step += [len(t) for t in steps]
         step_tok += steps
         out += window[0].tolist()
+        if stop == "row" and eos_id is not None and any(eos_id in t for t in steps):
+            break                                          # finished: no KV commit of this block
         last = model.extend(window, cache, w_kv, logits_to_keep=1)
         commits += 1
         kv, pos = w_kv, pos + window.shape[1]
+        if stop == "block" and eos_id is not None and eos_id in out:
+            break
     return out[:gen_len], forwards, commits, per_step, step_tok
 
 
-def _batch(model, prompts, gen_len, precision, row) -> DecodeResult:
+def _batch(model, prompts, gen_len, precision, row, eos_id: int | None = None) -> DecodeResult:
     t0 = time.perf_counter()
     toks, fws, extra, ps, st = [], [], [], [], []
     with torch.no_grad(), autocast_for(model.device, precision):
         for prompt in prompts:
             t, f, c, a, b = row(prompt)
             toks.append(t), fws.append(f), extra.append(c), ps.append(a), st.append(b)
-    return DecodeResult(tokens=toks, forwards=fws, extra_forwards=extra, committed_per_step=ps, step_tokens=st,
-                        wall_time=time.perf_counter() - t0, model_calls=sum(fws) + sum(extra))
+    return cut_at_eos(DecodeResult(tokens=toks, forwards=fws, extra_forwards=extra, committed_per_step=ps,
+                                   step_tokens=st, wall_time=time.perf_counter() - t0,
+                                   model_calls=sum(fws) + sum(extra)), eos_id)
 
 
 def _greedy(logits: torch.Tensor, masked: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,34 +110,43 @@ def _greedy(logits: torch.Tensor, masked: torch.Tensor, m: int) -> tuple[torch.T
 
 
 def sdar_decode(model, prompts: list[list[int]], gen_len: int, block_length: int | None = None,
-                steps: int | None = None, threshold: float = 0.85, precision: str = "fp32", **_) -> DecodeResult:
-    """SDAR's ``block_diffusion_generate`` with ``remasking_strategy='low_confidence_dynamic'``, greedy.
+                steps: int | None = None, threshold: float = 0.85, precision: str = "fp32", pad_id: int = 0,
+                real_continuation: list[list[int]] | None = None, eos_id: int | None = None) -> DecodeResult:
+    """SDAR's evaluation loop ``huggingface_bd3.py: block_diffusion_generate`` at its evaluation settings
+    (``temperature=1.0, top_k=1, remasking='low_confidence'``; see the module docstring).
 
     Per block of ``S`` (the family's block size): ``k_i`` = the even schedule of ``S`` tokens over ``steps`` steps
-    (the prompt's tail counted, as the reference counts ``block_length``). At step ``i`` one denoising forward; if
-    at least ``k_i`` masked positions have confidence > ``threshold`` all of them are unmasked, else the ``k_i`` most
-    confident (``torch.topk``); when no mask is left, the block is committed.
+    (the prompt's tail counted, as the reference counts ``block_length``). At step ``i`` one denoising forward; the
+    prediction is the argmax and its confidence the softmax probability of it (``sample_with_temperature_topk_topp``
+    with ``top_k=1``: the draw from the one-hot filtered distribution is the argmax, the confidence comes from the
+    unfiltered softmax). With ``threshold < 1``: if at least ``k_i`` masked positions have confidence > ``threshold``
+    all of them are unmasked, else the ``k_i`` most confident (``torch.topk``); with ``threshold = 1``, the ``k_i``
+    most confident. A position that is not masked keeps its token (the reference's ``where(mask_index, x0,
+    cur_x)``). When no mask is left, the block is committed.
 
     Args:
         model: an SDAR adapter (a block size and block-causal commits).
         prompts: prompts (token ids), decoded one at a time.
         gen_len: tokens returned per prompt.
         block_length: must be the family's block size if given.
-        steps: denoising steps per block (default ``S``, the reference CLI's).
+        steps: denoising steps per block (default ``S``, the evaluation config's); must divide ``S``, as the
+            reference asserts.
         threshold: confidence threshold (0.85).
         precision: 'fp32' or 'bf16'.
+        pad_id: unused (rows are decoded one at a time, unpadded).
+        real_continuation: must be None (the reference has no real-context mode).
+        eos_id: the stop token: decoding ends after the block holding it (module docstring).
 
-    Raises :class:`~workbench.decoding.base.DecodeError` for another block length or ``steps`` < 1.
-
-    Not reproduced: with ``steps < S`` a step's ``k_i`` can exceed the masks left, and the reference's ``topk`` over
-    the whole block then picks clean positions (the prompt's tail included) and overwrites them with their argmax;
-    here only masks are unmasked. With the reference's defaults (``steps = S``) it cannot happen.
+    Raises :class:`~workbench.decoding.base.DecodeError` for another block length, ``steps`` that does not divide
+    ``S`` or a real continuation.
     """
     s = _family_block(model, block_length, "sdar")
     check_lengths(model, prompts, gen_len)
     steps = s if steps is None else int(steps)
-    if steps < 1:
-        raise DecodeError(f"steps must be ≥ 1, got {steps}")
+    if steps < 1 or s % steps:
+        raise DecodeError(f"steps must divide the block size {s} (SDAR's block_diffusion_generate asserts it), "
+                          f"got {steps}")
+    _no_real("sdar", real_continuation)
     schedule = even_schedule(s, steps)
     m = model.mask_token_id
 
@@ -132,12 +168,19 @@ def sdar_decode(model, prompts: list[list[int]], gen_len: int, block_length: int
             record.append(x0[take].tolist())
         return window, n_fw, record
 
-    return _batch(model, prompts, gen_len, precision, lambda p: _row_decode(model, p, gen_len, s, fill, False))
+    return _batch(model, prompts, gen_len, precision,
+                  lambda p: _row_decode(model, p, gen_len, s, fill, False, "block", eos_id), eos_id)
+
+
+def _no_real(who: str, real_continuation) -> None:
+    if real_continuation is not None:
+        raise DecodeError(f"the {who} decoder has no real-context mode (its reference follows its own output)")
 
 
 def fast_dllm_v2_decode(model, prompts: list[list[int]], gen_len: int, block_length: int | None = None,
-                        sub_block: int = 8, threshold: float = 0.9, precision: str = "fp32", **_) -> DecodeResult:
-    """Fast-dLLM v2's ``generate``, greedy: blocks of ``S`` (``bd_size``), each decoded sub-block by sub-block
+                        sub_block: int = 8, threshold: float = 0.9, precision: str = "fp32", pad_id: int = 0,
+                        real_continuation: list[list[int]] | None = None, eos_id: int | None = None) -> DecodeResult:
+    """Fast-dLLM v2's ``batch_sample``, greedy: blocks of ``S`` (``bd_size``), each decoded sub-block by sub-block
     (``small_block_size`` positions at block offsets ``[8j, 8j + 8)``). While a sub-block has masks, one forward of
     the whole block; in the sub-block every masked position with probability > ``threshold`` is unmasked, and always
     the most confident one. A block after a commit starts with the greedy token of the commit's last (shifted)
@@ -149,13 +192,19 @@ def fast_dllm_v2_decode(model, prompts: list[list[int]], gen_len: int, block_len
         prompts, gen_len, block_length, precision: as :func:`sdar_decode`.
         sub_block: ``small_block_size`` (8); must divide ``S`` (a block shorter than it is one sub-block).
         threshold: the unmasking threshold (``eval.py``'s 0.9; 1.0 gives one token per forward).
+        pad_id: unused (rows are decoded one at a time, unpadded).
+        real_continuation: must be None (the reference has no real-context mode).
+        eos_id: the stop token (``stop_token``): the row finishes with the block in which a step unmasks it
+            (module docstring).
 
-    Raises :class:`~workbench.decoding.base.DecodeError` for another block length or a sub-block that does not
-    divide it. The reference skips the prompt when it is exactly one block long (no prefill, only the masks are
-    fed); that bug is not reproduced.
+    Raises :class:`~workbench.decoding.base.DecodeError` for another block length, a sub-block that does not
+    divide it or a real continuation. Not reproduced: the reference skips the prompt when it is exactly one block
+    long (no prefill, only the masks are fed), and it generates ``max_new_tokens // S + P // S`` blocks in all, up
+    to ``S`` tokens fewer than asked for; here the prompt is read and ``gen_len`` tokens are returned.
     """
     s = _family_block(model, block_length, "fast_dllm_v2")
     check_lengths(model, prompts, gen_len)
+    _no_real("fast_dllm_v2", real_continuation)
     sub_block = min(int(sub_block), s)                    # a block shorter than a sub-block is one sub-block
     if sub_block < 1 or s % sub_block:
         raise DecodeError(f"sub-block {sub_block} does not divide the block size {s}")
@@ -181,4 +230,5 @@ def fast_dllm_v2_decode(model, prompts: list[list[int]], gen_len: int, block_len
                 record.append(x0[take].tolist())
         return window, n_fw, record
 
-    return _batch(model, prompts, gen_len, precision, lambda p: _row_decode(model, p, gen_len, s, fill, True))
+    return _batch(model, prompts, gen_len, precision,
+                  lambda p: _row_decode(model, p, gen_len, s, fill, True, "row", eos_id), eos_id)
