@@ -52,3 +52,23 @@ def test_the_decode_cli_refuses_an_option_in_one_line(cli):
     res = cli("decode", "--model", "builtin:tiny", "--policy", "dream_maskgit_plus", "--block_length", "4",
               "--gen_len", "8")
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "drop --block_length" in res.stderr
+
+
+def test_the_decode_cli_passes_decoder_options(cli, tmp_path):
+    """``--decoder_options`` reaches the decoder (LLaDA's CFG and random remasking change its output, seeded), and an
+    option the decoder does not have is refused in one line naming its options."""
+    from workbench.model.families.fixtures import write_family_checkpoint
+
+    ck = write_family_checkpoint("llada", tmp_path / "llada")
+    base = ["decode", "--model", str(ck), "--policy", "llada", "--block_length", "8", "--gen_len", "8",
+            "--prompt", "def f(x):"]
+    plain = cli(*base)
+    cfg = cli(*base, "--decoder_options", "{cfg_scale: 2.0, remasking: random, seed: 3}")
+    assert plain.returncode == 0 and cfg.returncode == 0, cfg.stderr
+    text = lambda p: p.stdout.split("--- llada")[0]                           # noqa: E731 (without the timings)
+    assert "8 forwards" in cfg.stdout and text(plain) != text(cfg)
+    again = cli(*base, "--decoder_options", "{cfg_scale: 2.0, remasking: random, seed: 3}")
+    assert text(again) == text(cfg)                                            # seeded: the same tokens
+    bad = cli(*base, "--decoder_options", "{alg_temp: 0.1}")
+    lines = bad.stderr.strip().splitlines()
+    assert bad.returncode == 2 and len(lines) == 1 and "has no option alg_temp; its options:" in lines[0], bad.stderr

@@ -50,6 +50,11 @@ class DecodeConfig(ModelLoading):
     decoding's choice) or 'sampler' (the sampler's top one; the ablation)."""
     proxy: str | None = None
     """n-gram proxy of the diffuspec policies with CPS (default: the one shipped for --model)."""
+    decoder_options: dict | None = None
+    """Further options of the decoder, as upstream names them, e.g. '{cfg_scale: 1.0, remasking: random,
+    temperature: 0.5}' for llada, '{temperature: 0.2, top_p: 0.95, alg_temp: 0.1}' for dream_*, '{steps: 16}'; an
+    option the decoder does not have is refused in one line listing the ones it has (`workbench models list` and
+    docs/models.md give each decoder's source)."""
     attention: str = "dense"
     """Attention path (``workbench.model.attention``): 'dense' (additive float masks), 'sdpa_bool' or 'flex'
     (FlexAttention block masks; GPU)."""
@@ -122,6 +127,7 @@ def main(argv: list[str]) -> int:
         kw.update(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
     if artefact is not None:
         kw[artefact[0]] = artefact[1]
+    kw.update(cfg.decoder_options or {})
     res = fn(model, [ids], cfg.gen_len, **kw)
     print(text + tok.decode(res.tokens[0]))
     print(f"--- {cfg.policy}: {len(res.tokens[0])} tokens, {res.forwards[0]} forwards (+{res.extra_forwards[0]} KV-commit), "
