@@ -24,6 +24,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from .decode import DiffuSpecConfig, SearchKnobs
+from ..utils import writes_out_dir
 
 
 @dataclass
@@ -119,6 +120,7 @@ def _row(name: str, drafter: str, prompt, res, i: int, ar_ids: list[int]) -> dic
             "ids": toks}
 
 
+@writes_out_dir("diffuspec")
 def run_eval(cfg: DiffuSpecEvalConfig) -> Path:
     """Decode every method and drafter on the same prompts and write the table; returns ``cfg.out_dir``.
 

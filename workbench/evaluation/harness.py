@@ -20,6 +20,7 @@ from ..corpus import by_split, load_corpus
 from ..decoding import DecodeResult, get_policy
 from ..decoding.base import DecodeError, check_lengths, check_threshold
 from ..model.load import load_model, resolve_device
+from ..utils import writes_out_dir
 from .metrics import (agreement, ar_token_logprobs, first_line, introspective_acceptance, known_words, nan_mean,
                       oov_word_rate, repetition_rate, whitespace_ids, whitespace_share, whitespace_share_multi)
 from .prompts import Prompt, make_prompts
@@ -303,6 +304,7 @@ def check_sweep_fits(model, block_lengths, prompt_len: int, gen_len: int, meta: 
     return warn_untrained_positions(meta, prompt_len, gen_len) if meta is not None else None
 
 
+@writes_out_dir("evaluate")
 def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFrame, pd.DataFrame, Path]:
     """Evaluate and write ``results.parquet``, ``summary.parquet``, ``summary.json`` and ``config.json``
     to ``cfg.out_dir``. Returns (per-prompt rows, summary, run dir)."""

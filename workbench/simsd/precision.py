@@ -16,6 +16,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from ..utils import writes_out_dir
+
 
 @dataclass
 class PrecisionConfig:
@@ -68,6 +70,7 @@ def step_deviation(target, prefix: list[int], draft: torch.Tensor, steps: torch.
     return pd.DataFrame(rows)
 
 
+@writes_out_dir("simsd")
 def run(cfg: PrecisionConfig) -> Path:
     """Measure and write the table; returns ``cfg.out_dir``."""
     from ..assets import shipped_artefact

@@ -30,7 +30,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ..decoding.base import DecodeError, check_threshold
-from ..utils import check_out_dir, staged_dir
+from ..utils import check_out_dir, staged_dir, writes_out_dir
 from .runner import run_sol
 
 
@@ -131,6 +131,7 @@ def summarize_linear_ss(ss: pd.DataFrame, by: list[str], prefix: str) -> pd.Data
                          }).reset_index()
 
 
+@writes_out_dir("sol")
 def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None, cache: dict | None = None) -> dict:
     """Run the analysis and write the run directory; returns the overall summary as records. ``cache``: SOL
     searches shared with later callers on the same model (:func:`~workbench.sol.runner.run_sol`)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..decoding.base import DecodeError
 from ..decoding.sampling import check_sampling
+from ..utils import writes_out_dir
 from .adapter import check_adapter_dir, load_adapter
 
 
@@ -103,6 +104,7 @@ def attach_adapter(model, adapter_dir: str):
     return model
 
 
+@writes_out_dir("speculate")
 def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
     """Run the evaluation and write the run directory; returns ``{"results", "summary", "out_dir", "wall_s"}``."""
     from ..corpus import by_split, load_corpus
