@@ -81,6 +81,11 @@ class EvalConfig:
         for m in self.modes:
             if m not in MODES:
                 raise ValueError(f"unknown context mode {m!r}; valid: {', '.join(MODES)}")
+        if not self.block_lengths or not self.thresholds:
+            empty = "--block_lengths" if not self.block_lengths else "--thresholds"
+            raise ValueError(f"{empty} is empty, which would drop the {'serial and ' if empty == '--block_lengths' else ''}"
+                             "confidence runs of the sweep; give at least one value, e.g. "
+                             f"{'[4, 8]' if empty == '--block_lengths' else '[0.9]'}")
         for t in self.thresholds:
             check_threshold(t)
         for b in self.block_lengths:

@@ -92,7 +92,10 @@ class LeaderboardConfig:
         if not self.modes or any(m not in MODES for m in self.modes):
             raise ValueError(f"--modes must be a non-empty list of {', '.join(MODES)}, got {self.modes}")
         if not self.block_lengths:
-            raise ValueError("--block_lengths is empty")
+            raise ValueError("--block_lengths is empty; give at least one block length, e.g. [4, 8]")
+        if not self.thresholds:
+            raise ValueError("--thresholds is empty, which would drop the decoders that sweep a threshold "
+                             "(confidence, sampler); give at least one, e.g. [0.9], or leave them out with --decoders")
         for b in self.block_lengths:
             if b <= 0 or self.gen_len % b:
                 raise DecodeError(f"block length {b} must be positive and divide --gen_len {self.gen_len}")

@@ -77,6 +77,9 @@ class SolConfig:
     """Show a progress bar."""
 
     def validate(self) -> None:
+        if not self.block_lengths:
+            raise ValueError("--block_lengths is empty: the SOL search runs per block length; give at least one, "
+                             "e.g. [4, 8]")
         for b in self.block_lengths:
             if b <= 0 or self.gen_len % b:
                 raise DecodeError(f"block length {b} must be positive and divide gen_len {self.gen_len}")

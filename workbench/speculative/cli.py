@@ -76,6 +76,9 @@ class SpeculateConfig:
         """Raise a one-line ``ValueError`` / ``DecodeError`` for inconsistent options."""
         check_speculation_options(self, list(self.draft_lengths) + list(self.quadratic_draft_lengths))
         check_sampling(self.temperature, self.top_k, self.top_p)
+        if self.quadratic_draft_lengths and not self.ensemble_lambdas:
+            raise ValueError("--ensemble_lambdas is empty, which would drop the quadratic runs; give at least one "
+                             "λ, e.g. [1.0], or leave quadratic self-speculation out with --quadratic_draft_lengths []")
         for lam in self.ensemble_lambdas:
             if not 0.0 <= lam <= 1.0:
                 raise DecodeError(f"ensemble_lambda must be in [0, 1], got {lam}")
@@ -87,6 +90,8 @@ def check_speculation_options(cfg, draft_lengths: list[int]) -> None:
     """Shared checks of the speculation evaluation configs (``modes``, ``block_length``, ``gen_len``,
     ``temperature``, ``batch_size``, ``n_prompts`` attributes of ``cfg``). Raises a one-line ``ValueError``
     or :class:`~workbench.decoding.base.DecodeError`."""
+    if not cfg.modes:
+        raise ValueError("--modes is empty; give one or both of real, free")
     for m in cfg.modes:
         if m not in ("real", "free"):
             raise ValueError(f"unknown context mode {m!r}; valid: real, free")

@@ -172,6 +172,12 @@ class LMTrainConfig(DeviceConfig):
                              f"idlm; got {self.idlm_clean_scale} with objective {self.objective}")
         if self.noise_per not in NOISE_PER:
             raise ValueError(f"unknown noise_per {self.noise_per!r}; valid: {', '.join(NOISE_PER)}")
+        if not self.block_lengths:
+            raise ValueError("block_lengths is empty; every training batch draws its block length from it: give at "
+                             "least one, e.g. [4, 8, 16, 32]")
+        if self.lora_rank and not self.lora_targets:
+            raise ValueError("lora_targets is empty, so the gated LoRA would adapt nothing; name at least one module, "
+                             "e.g. [q_proj, v_proj]")
         for b in [*self.block_lengths, self.val_block_length]:
             if b <= 0 or self.seq_len % b:
                 raise ValueError(f"block length {b} must be positive and divide seq_len {self.seq_len}")
