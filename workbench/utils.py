@@ -226,12 +226,14 @@ def check_out_dir(path: str | os.PathLike, kind: str | None = None) -> None:
     check_run_dir(path)
 
 
-def in_use_error(path: str | os.PathLike, option: str = "--out_dir") -> RunDirError:
-    """The one-line refusal of a folder whose lock another process holds, naming the holder."""
+def in_use_error(path: str | os.PathLike, option: str = "--out_dir", locked: str | os.PathLike | None = None
+                 ) -> RunDirError:
+    """The one-line refusal of a folder whose lock another process holds, naming the holder (of the folder
+    ``locked``, when that is not ``path`` itself: its staging folder)."""
     from .folder_lock import holder
 
-    return RunDirError(f"{option} {path} is in use by {holder(path)}; wait for it to finish (or stop it), or choose "
-                       f"another {option}")
+    return RunDirError(f"{option} {path} is in use by {holder(locked or path)}; wait for it to finish (or stop it), "
+                       f"or choose another {option}")
 
 
 def _full_disk_here(e: BaseException, path: Path) -> BaseException | None:
@@ -268,7 +270,7 @@ def holding(path: str | os.PathLike, kind: str | None = None) -> Iterator[Path]:
     try:
         staging = Path(str(p) + ".partial")
         if folder_lock.locked_by_another(staging):      # another process is moving its results into place
-            raise in_use_error(p) from None
+            raise in_use_error(p, locked=staging) from None
         check_replaceable(p, kind)              # again under the lock: another process may have just written it
         yield p
     except BaseException as e:
