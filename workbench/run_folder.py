@@ -335,8 +335,7 @@ def open_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(), 
     if not is_rank_zero():
         return RunFolder(p, kind, settings)
     check_run(p, kind, settings, may_change, option, resume, legacy_defaults, applied, state)
-    p.mkdir(parents=True, exist_ok=True)
-    fd = _lock(p, kind, option)
+    fd = _lock(p, kind, option)                  # creates the folder (and its parents) if absent
     try:                                        # again under the lock: another process may have just written it
         changes = check_run(p, kind, settings, may_change, option, True, legacy_defaults, applied, state, _held=True)
         rec = read_record(p)
@@ -351,8 +350,9 @@ def open_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(), 
         if resumed:
             rec["resumes"] = [*rec.get("resumes", []), {"at": now, "changes": {k: list(v) for k, v in changes.items()}}]
         write_json(p / RECORD, rec, ensure_ascii=False)
-    except BaseException:
-        folder_lock.release(p, unlink=False)
+    except BaseException as e:
+        folder_lock.release(p)                  # a folder this call created goes again (a full disk: no record)
+        _name_full_disk(e, p)
         raise
     return RunFolder(p, kind, settings, fd)
 
