@@ -49,7 +49,6 @@ class DeviceConfig:
             raise ValueError(f"unknown strategy {self.strategy!r}; valid: {', '.join(STRATEGIES)}")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be ≥ 1, got {self.micro_batch_size}")
-        check_accelerator(self.accelerator, self.devices, self.strategy)
 
 
 def check_accelerator(accelerator: str, devices: int = 1, strategy: str = "auto") -> None:
@@ -160,6 +159,7 @@ def make_trainer(cfg: DeviceConfig, global_batch: int, val_check_steps: int | No
     import pytorch_lightning as pl
 
     cfg.validate_devices()
+    check_accelerator(cfg.accelerator, cfg.devices, cfg.strategy)   # a property of this machine, not of the config
     if cfg.strategy == "deepspeed":
         import importlib.util
 

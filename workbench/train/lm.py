@@ -18,7 +18,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
 from ..data import LMDataModule
-from ..distributed import BatchPlan, DeviceConfig, batch_plan, make_trainer, resume_point
+from ..distributed import BatchPlan, DeviceConfig, batch_plan, check_accelerator, make_trainer, resume_point
 from ..evaluation.metrics import whitespace_ids
 from ..model.io import save_checkpoint
 from ..model.load import load_model
@@ -578,6 +578,7 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     """
     # everything that can be refused is checked before anything is written (issue 27 §6, issue 56 §1-2)
     cfg.validate()
+    check_accelerator(cfg.accelerator, cfg.devices, cfg.strategy)   # no GPU here: before the model is built
     check_run(**run_folder_args(cfg))           # another kind, changed settings, a store; rank 0 only
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     model, tok = build_model(cfg)

@@ -126,7 +126,6 @@ class CollectConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
         feature_spec(self.feature_dim)
-        check_accelerator(self.accelerator, self.devices, self.strategy)   # before prompts are chosen or a store made
 
 
 class TrajectorySpec(NamedTuple):
@@ -529,6 +528,7 @@ def run_collect(cfg: CollectConfig) -> dict:
     check_store_path(cfg.out, "--out")
     check_run_dir(cfg.out, "--out")                     # a read-only file system
     pl.seed_everything(cfg.seed, verbose=False)
+    check_accelerator(cfg.accelerator, cfg.devices, cfg.strategy)   # one line naming the fix (no GPU here)
     writer = TrajectoryWriter(cfg.out, cfg.block_lengths, cfg.rows_per_chunk)
     # Lightning checks the devices and the strategy here: before prompts are chosen or the store is created
     trainer = pl.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, logger=False,
