@@ -145,6 +145,14 @@ def test_a_training_run_is_not_started_inside_another_runs_export(runs, cli):
     assert md5s(runs["lm"]) == before
 
 
+def test_a_store_is_not_collected_inside_an_export(runs, cli):
+    before = md5s(runs["sampler"])
+    out = runs["sampler"] / "sampler" / "s.zarr"
+    one_line(cli("collect", "--out", out, "--n_prompts", "2", "--block_lengths", "[4]", "--accelerator", "cpu"), 2,
+             "--out", "lies inside", "an export of the `workbench train sampler` run")
+    assert md5s(runs["sampler"]) == before
+
+
 def test_a_deer_teacher_folder_is_named_as_such(cli, tmp_path):
     """`leaderboard --out_dir <deer teacher folder>` said the folder was not written by a workbench command."""
     t = tmp_path / "teacher"

@@ -43,6 +43,7 @@ from ..distributed import check_accelerator
 from ..evaluation.prompts import make_prompts
 from ..interrupts import Interrupted, SafeStop, SignalFlag, stopping_at_safe_points
 from ..model.fingerprint import model_fingerprint, tokenizer_hash
+from ..run_folder import check_not_in_built_folder
 from ..utils import check_run_dir
 from ..tokenizer import is_byte_tokenizer
 from .features import feature_spec, step_record, token_pca
@@ -526,6 +527,7 @@ def run_collect(cfg: CollectConfig) -> dict:
 
     cfg.validate()
     check_store_path(cfg.out, "--out")
+    check_not_in_built_folder(cfg.out, "--out")         # an export or result folder: its rerun would delete the store
     check_run_dir(cfg.out, "--out")                     # a read-only file system
     pl.seed_everything(cfg.seed, verbose=False)
     check_accelerator(cfg.accelerator, cfg.devices, cfg.strategy)   # one line naming the fix (no GPU here)
