@@ -200,8 +200,8 @@ def check_not_in_built_folder(path: str | os.PathLike, option: str = "--out_dir"
                     f"an export of the `workbench {owner[1]}` run {owner[0]}" if owner else
                     "the export of a workbench command")
             where = "is" if q == p else f"lies inside {q}, which is"
-            raise RunFolderError(f"{option} {path} {where} {what}: its own rerun replaces it whole; choose another "
-                                 f"{option}")
+            raise RunFolderError(f"{option} {path} {where} {what}: a rerun of the command that built it replaces it "
+                                 f"whole, with everything inside; choose another {option}")
 
 
 def _check_foreign(p: Path, kind: str, option: str) -> None:

@@ -141,7 +141,7 @@ def test_a_training_run_is_not_started_inside_another_runs_export(runs, cli):
     one_line(cli("train", "sampler", *SAMPLER, "--store", str(runs["store"]), "--out_dir", runs["lm"] / "model"), 2,
              "is an export of the `workbench train lm` run", str(runs["lm"]))
     one_line(cli("train", "sampler", *SAMPLER, "--store", str(runs["store"]),
-                 "--out_dir", runs["lm"] / "model" / "sub"), 2, "lies inside", "its own rerun replaces it whole")
+                 "--out_dir", runs["lm"] / "model" / "sub"), 2, "lies inside", "replaces it whole, with everything inside")
     assert md5s(runs["lm"]) == before
 
 

@@ -41,7 +41,7 @@ def one_line(p, rc: int, *needles: str) -> str:
 EMPTY = [
     (["evaluate", *TINY], "--block_lengths", "--block_lengths is empty, which would drop the serial and confidence"),
     (["evaluate", *TINY], "--thresholds", "--thresholds is empty, which would drop the confidence"),
-    (["leaderboard", *TINY], "--thresholds", "(confidence, sampler)"),
+    (["leaderboard", *TINY, "--block_lengths", "[4]"], "--thresholds", "would drop the decoders that sweep a threshold (confidence, "),
     (["leaderboard", *TINY], "--block_lengths", "--block_lengths is empty"),
     (["sol", *TINY], "--block_lengths", "--block_lengths is empty"),
     (["sweep", "--model", "tiny", "--n_prompts", "2", "--gen_len", "8"], "--block_lengths",
@@ -60,6 +60,19 @@ def test_an_empty_list_that_would_drop_runs_is_refused(cli, tmp_path, args, opti
     out = tmp_path / "out"
     one_line(cli(*args, option, "[]", "--out_dir", out), 2, needle)
     assert not out.exists()
+
+
+def test_an_empty_list_that_means_something_keeps_its_meaning(cli, tmp_path):
+    """`--thresholds []` with only decoders that sweep none drops nothing: the leaderboard runs (the references
+    and ss_linear), rc 0."""
+    import pandas as pd
+
+    out = tmp_path / "lb"
+    p = cli("leaderboard", *TINY, "--block_lengths", "[4]", "--thresholds", "[]", "--decoders", "[ss_linear]",
+            "--modes", "[free]", "--sol", "false", "--out_dir", out)
+    assert p.returncode == 0, p.stderr[-3000:]
+    df = pd.read_parquet(out / "leaderboard.parquet")
+    assert set(df["decoder"]) == {"ar_greedy", "serial", "ss_linear"} and set(df["status"]) == {"ok"}
 
 
 def test_train_sampler_max_steps_0_is_refused(cli, tmp_path):
