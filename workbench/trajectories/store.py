@@ -374,7 +374,7 @@ def check_store_path(path, option: str = "--out") -> None:
         return
     kind = folder_kind(p)
     if kind is not None:
-        raise StoreError(f"{option} {p} holds a `workbench {kind}` run (run.json), not a trajectory store; {fix}")
+        raise StoreError(f"{option} {p} holds a `workbench {kind}` run, not a trajectory store; {fix}")
     if not _only_creation_entries(p):
         raise StoreError(f"{option} {p} is a directory of other files, not a trajectory store; {fix}")
 
