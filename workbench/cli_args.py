@@ -13,6 +13,12 @@ from pathlib import Path
 
 import yaml
 
+#: The folder that holds the ``workbench`` package (the repository root of a checkout, ``site-packages`` of an
+#: install): paths under ``workbench/`` (its configs and shipped assets) resolve against it from any directory.
+PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+#: Options that name outputs: never redirected into the package.
+OUTPUT_OPTIONS = ("out_dir", "out", "results_table", "storage")
+
 #: What a path that is not a regular file is, for the refusal of a ``--config`` pointing at it.
 _FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -44,6 +50,22 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     raise _DuplicateKey(key, (seen[key], line))
                 seen[key] = line
         return super().construct_mapping(node, deep)
+
+
+def package_path(value):
+    """``value`` if it names an existing path from the working directory, or is not a relative path under
+    ``workbench/``; else the same path under :data:`PACKAGE_PARENT` when that exists (``workbench/configs/x.yaml``,
+    ``workbench/assets/tiny``: the README's paths, from any directory). A list is resolved item by item."""
+    if isinstance(value, list):
+        return [package_path(v) for v in value]
+    if not isinstance(value, str) or not value or "://" in value or "\n" in value:
+        return value
+    p = Path(value)
+    parts = [q for q in p.parts if q != "."]
+    if p.is_absolute() or not parts or parts[0] != "workbench" or p.exists():
+        return value
+    there = PACKAGE_PARENT.joinpath(*parts)
+    return str(there) if there.exists() else value
 
 
 def check_config_file(value: str) -> None:
@@ -82,6 +104,18 @@ def check_config_file(value: str) -> None:
                          "lines; write one option per line")
 
 
+def _check_config_exists(value: str) -> None:
+    """Refuse (one-line ``ValueError``) a ``--config`` that looks like a file name (``.yaml``, ``.yml``, ``.json``)
+    but names no file, saying where it was looked for (jsonargparse would read it as inline YAML or say only
+    "File does not exist")."""
+    if not isinstance(value, str) or "\n" in value or Path(value).exists():
+        return
+    if Path(value).suffix.lower() in (".yaml", ".yml", ".json"):
+        where = [str(Path.cwd())] + ([str(PACKAGE_PARENT)] if Path(value).parts[:1] == ("workbench",) else [])
+        raise ValueError(f"config file {value} does not exist (looked in {' and '.join(where)}); give its path from "
+                         f"the working directory, or run from the directory that holds it")
+
+
 @functools.cache
 def _config_file_action():
     """jsonargparse's ``ActionConfigFile`` that first runs :func:`check_config_file` on the path it is given."""
@@ -89,6 +123,8 @@ def _config_file_action():
 
     class CheckedConfigFile(ActionConfigFile):
         def __call__(self, parser, cfg, values, option_string=None):
+            values = package_path(values)
+            _check_config_exists(values)
             check_config_file(values)
             super().__call__(parser, cfg, values, option_string)
 
@@ -135,6 +171,10 @@ def check_not_null(cls, values: dict) -> None:
 def parse_dataclass(prog: str, cls, argv: list[str]):
     """Parse ``argv`` (``--config file.yaml`` and ``--field value`` options) into a ``cls`` instance.
 
+    A relative path under ``workbench/`` that does not exist from the working directory, in ``--config`` or in any
+    input option (a config's ``drafter: workbench/assets/...``, a default), is read from the installed package
+    (:func:`package_path`), so the README's commands work from any directory; output options are left as given.
+
     Raises jsonargparse's ``ArgumentError`` (a one-line user error) for an unknown option or a bad value, and a
     one-line ``ValueError`` for a config file that is not a regular UTF-8 YAML mapping without repeated options
     (:func:`check_config_file`) or a ``null`` for an option that cannot be ``None`` (:func:`check_not_null`).
@@ -151,8 +191,9 @@ def parse_dataclass(prog: str, cls, argv: list[str]):
                          "--help` for the valid options") from None
     d = ns.as_dict()
     check_not_null(cls, d)
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in d.items() if k in names})
+    names = {f.name for f in fields(cls)} - set(OUTPUT_OPTIONS)
+    d = {k: package_path(v) if k in names else v for k, v in d.items()}
+    return cls(**{k: v for k, v in d.items() if k in {f.name for f in fields(cls)}})
 
 
-__all__ = ["check_config_file", "check_not_null", "parse_dataclass"]
+__all__ = ["PACKAGE_PARENT", "check_config_file", "check_not_null", "package_path", "parse_dataclass"]

@@ -51,6 +51,26 @@ class DeviceConfig:
             raise ValueError(f"micro_batch_size must be ≥ 1, got {self.micro_batch_size}")
 
 
+def check_accelerator(accelerator: str, devices: int = 1, strategy: str = "auto") -> None:
+    """Refuse (one-line ``ValueError``) an ``accelerator`` that asks for a GPU on a machine where torch finds none
+    ('gpu': CUDA or Apple MPS; 'cuda'; 'mps'), naming what to pass instead. Call it before any set-up, so that
+    nothing is chosen or written first. Lightning's own refusal ("No supported gpu backend found!") names neither
+    the cause nor the fix; any other accelerator is left to Lightning."""
+    acc = str(accelerator).lower()
+    if acc not in ("gpu", "cuda", "mps"):
+        return
+    from pytorch_lightning.accelerators import CUDAAccelerator, MPSAccelerator
+
+    cuda, mps = CUDAAccelerator.is_available(), MPSAccelerator.is_available()
+    if {"gpu": cuda or mps, "cuda": cuda, "mps": mps}[acc]:
+        return
+    wanted = {"gpu": "GPU (CUDA or Apple MPS)", "cuda": "CUDA GPU", "mps": "Apple MPS device"}[acc]
+    cpu = "--accelerator cpu" + (" --devices 1" if devices > 1 else "") + (" --strategy auto" if strategy != "auto"
+                                                                            else "")
+    raise ValueError(f"--accelerator {accelerator}: no {wanted} was found on this machine (torch.cuda.is_available() "
+                     f"is false); pass {cpu} to run on its CPU, or run on a machine with a GPU")
+
+
 @dataclass(frozen=True)
 class BatchPlan:
     """How one optimiser step of ``global_batch`` items is computed: ``per_device`` items per forward on each
@@ -139,6 +159,7 @@ def make_trainer(cfg: DeviceConfig, global_batch: int, val_check_steps: int | No
     import pytorch_lightning as pl
 
     cfg.validate_devices()
+    check_accelerator(cfg.accelerator, cfg.devices, cfg.strategy)   # a property of this machine, not of the config
     if cfg.strategy == "deepspeed":
         import importlib.util
 
@@ -158,5 +179,5 @@ def make_trainer(cfg: DeviceConfig, global_batch: int, val_check_steps: int | No
     return trainer, plan
 
 
-__all__ = ["DeviceConfig", "BatchPlan", "batch_plan", "make_trainer", "check_resume", "resume_point", "forward_index",
+__all__ = ["DeviceConfig", "BatchPlan", "batch_plan", "check_accelerator", "make_trainer", "check_resume", "resume_point", "forward_index",
            "STRATEGIES"]

@@ -22,25 +22,24 @@ whose keys are this command's settings is adopted (its ``config.yaml`` is the re
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from . import folder_lock
 from .atomic import write_json
-from .utils import RunDirError, check_run_dir, enclosing_store, is_rank_zero
+from .folder_lock import LOCK
+from .utils import (RUN_MARKER, RunDirError, check_run_dir, enclosing_store, folder_record, is_rank_zero,
+                    owning_run)
 
 #: The file that records a run folder's kind and settings.
 RECORD = "run.json"
 #: The ``state`` of a training run folder: its resume point (:func:`open_run`).
 RESUME_POINT = "checkpoints/last.ckpt"
-#: The lock file of a run folder (an ``flock``; its text names the holder).
-LOCK = ".lock"
 #: The kinds of folder the workbench writes (``kind`` of :func:`open_run`; a Zarr store is :data:`STORE_KIND`).
 KINDS = ("train lm", "train sampler", "train lora", "train deer", "sweep", "sweep sampler", "deer teacher", "demo",
          "evaluate", "sol", "leaderboard", "drafter eval", "deer eval", "diffuspec", "simsd", "speculate")
@@ -92,13 +91,17 @@ class RunFolderError(RunDirError):
 
 
 def folder_kind(path: str | os.PathLike) -> str | None:
-    """What the folder ``path`` is: its recorded kind (``run.json``), :data:`STORE_KIND` for a Zarr store
-    (``zarr.json``), or None (no record: absent, empty, a user's folder, or written before run records)."""
+    """What the folder ``path`` is: its recorded kind (``run.json``, or a ``deer teacher`` folder's
+    ``teacher.json``), :data:`STORE_KIND` for a Zarr store (``zarr.json``), or None (no record: absent, empty, an
+    export, a user's folder, or written before run records)."""
     p = Path(path)
     if (p / "zarr.json").is_file():
         return STORE_KIND
     rec = read_record(p)
-    return rec.get("kind") if rec else None
+    if rec:
+        return rec.get("kind")
+    own = folder_record(p)
+    return own[0] if own else None
 
 
 def read_record(path: str | os.PathLike) -> dict | None:
@@ -140,14 +143,24 @@ class RunFolder:
     def close(self) -> None:
         """Release the folder's lock."""
         if self._lock_fd is not None:
-            os.close(self._lock_fd)
+            folder_lock.release(self.path, unlink=False)
             self._lock_fd = None
 
     def __enter__(self) -> "RunFolder":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, exc, tb) -> None:
         self.close()
+        _name_full_disk(exc, self.path)
+
+
+def _name_full_disk(exc: BaseException | None, path: Path) -> None:
+    """Raise the one-line :class:`~workbench.atomic.DiskFullError` naming ``path`` (or the file ``exc`` names) in
+    place of ``exc``, a full-disk error of a library's own writer (Lightning's CSV log) that names no path."""
+    from .atomic import DiskFullError, disk_full_error, is_disk_full
+
+    if exc is not None and not isinstance(exc, DiskFullError) and is_disk_full(exc):
+        raise disk_full_error(getattr(exc, "filename", None) or path) from None
 
 
 def _jsonable(v):
@@ -174,6 +187,23 @@ def _legacy_settings(p: Path, kind: str, settings: dict) -> dict | None:
     return {k: _absolute(v) if k in PATH_SETTINGS else v for k, v in old.items()}
 
 
+def check_not_in_built_folder(path: str | os.PathLike, option: str = "--out_dir") -> None:
+    """Refuse (one line) a run folder ``path`` that is, or lies inside, a folder a workbench command built whole
+    (it holds ``.workbench-run``: a training run's export, a result folder) unless this process is building it:
+    the rerun that owns that folder replaces it whole, and would delete the run."""
+    p = Path(path).absolute()
+    for q in (p, *p.parents):
+        if (q / RUN_MARKER).is_file() and not folder_lock.holds(q):
+            owner = owning_run(q)
+            rec = folder_record(q)
+            what = (f"the results of `workbench {rec[0]}`" if rec else
+                    f"an export of the `workbench {owner[1]}` run {owner[0]}" if owner else
+                    "the export of a workbench command")
+            where = "is" if q == p else f"lies inside {q}, which is"
+            raise RunFolderError(f"{option} {path} {where} {what}: a rerun of the command that built it replaces it "
+                                 f"whole, with everything inside; choose another {option}")
+
+
 def _check_foreign(p: Path, kind: str, option: str) -> None:
     """Refuse a folder that holds something other than a ``kind`` run (or is not a folder)."""
     if p.exists() and not p.is_dir():
@@ -181,49 +211,30 @@ def _check_foreign(p: Path, kind: str, option: str) -> None:
     check_not_in_store(p, option)
     found = folder_kind(p)
     if found is not None and found != kind:
-        raise RunFolderError(f"{option} {p} holds a `workbench {found}` run ({RECORD}); `workbench {kind}` will not "
+        rec = (folder_record(p) or (found, RECORD))[1]
+        raise RunFolderError(f"{option} {p} holds a `workbench {found}` run ({rec}); `workbench {kind}` will not "
                              f"write into it: choose another {option}")
-
-
-def _holder(lock: Path) -> str:
-    try:
-        return lock.read_text().strip() or "another process"
-    except OSError:
-        return "another process"
+    check_not_in_built_folder(p, option)
 
 
 def _check_unlocked(p: Path, option: str) -> None:
-    """Refuse (one line naming the holder) a folder whose lock another process holds; creates nothing."""
-    lock = p / LOCK
-    if not lock.is_file():
-        return
-    fd = os.open(lock, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise _in_use(p, option) from None
-    finally:
-        os.close(fd)                            # closing releases a lock taken here
+    """Refuse (one line naming the holder) a folder whose lock another process (or another run of this one)
+    holds; creates nothing."""
+    if folder_lock.holds(p) or folder_lock.locked_by_another(p):
+        raise _in_use(p, option)
 
 
 def _in_use(p: Path, option: str) -> RunFolderError:
-    return RunFolderError(f"{option} {p} is in use by {_holder(p / LOCK)}; wait for it to finish (or stop it), or "
-                          f"choose another {option}")
+    return RunFolderError(f"{option} {p} is in use by {folder_lock.holder(p)}; wait for it to finish (or stop it), "
+                          f"or choose another {option}")
 
 
 def _lock(p: Path, kind: str, option: str) -> int:
-    """Take the folder's lock (non-blocking); :class:`RunFolderError` naming the holder if another process has it."""
-    lock = p / LOCK
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise _in_use(p, option) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"process {os.getpid()} on {socket.gethostname()} (`workbench {kind}`, since "
-                 f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode())
-    return fd
+    """Take the folder's lock (non-blocking; :mod:`workbench.folder_lock`) and return its descriptor;
+    :class:`RunFolderError` naming the holder if another process has it."""
+    if folder_lock.holds(p) or not folder_lock.acquire(p, f"`workbench {kind}`"):
+        raise _in_use(p, option)
+    return folder_lock.held_fd(p)
 
 
 def _compare(p: Path, recorded: dict, settings: dict, may_change, source: str) -> dict:
@@ -324,8 +335,7 @@ def open_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(), 
     if not is_rank_zero():
         return RunFolder(p, kind, settings)
     check_run(p, kind, settings, may_change, option, resume, legacy_defaults, applied, state)
-    p.mkdir(parents=True, exist_ok=True)
-    fd = _lock(p, kind, option)
+    fd = _lock(p, kind, option)                  # creates the folder (and its parents) if absent
     try:                                        # again under the lock: another process may have just written it
         changes = check_run(p, kind, settings, may_change, option, True, legacy_defaults, applied, state, _held=True)
         rec = read_record(p)
@@ -340,8 +350,9 @@ def open_run(path: str | os.PathLike, kind: str, settings: dict, may_change=(), 
         if resumed:
             rec["resumes"] = [*rec.get("resumes", []), {"at": now, "changes": {k: list(v) for k, v in changes.items()}}]
         write_json(p / RECORD, rec, ensure_ascii=False)
-    except BaseException:
-        os.close(fd)
+    except BaseException as e:
+        folder_lock.release(p)                  # a folder this call created goes again (a full disk: no record)
+        _name_full_disk(e, p)
         raise
     return RunFolder(p, kind, settings, fd)
 
@@ -353,14 +364,18 @@ def locked_folder(path: str | os.PathLike, kind: str, option: str = "--out_dir")
     store or lies inside one, or that another process holds, is refused (one line) before anything is written."""
     p = Path(path)
     check_not_in_store(p, option)
+    check_not_in_built_folder(p, option)
     if p.is_dir():
         _check_unlocked(p, option)
     p.mkdir(parents=True, exist_ok=True)
-    fd = _lock(p, kind, option)
+    _lock(p, kind, option)
     try:
         yield p
+    except BaseException as e:
+        _name_full_disk(e, p)
+        raise
     finally:
-        os.close(fd)
+        folder_lock.release(p, unlink=False)
 
 
 def update_record(folder: RunFolder, **fields) -> None:
@@ -382,5 +397,5 @@ def _version() -> str:
         return "unknown"
 
 
-__all__ = ["KINDS", "LOCK", "OPERATIONAL", "RESUME_POINT", "training_run", "run_settings", "RECORD", "STORE_KIND", "RunFolder", "RunFolderError", "check_not_in_store", "check_run",
+__all__ = ["KINDS", "LOCK", "OPERATIONAL", "RESUME_POINT", "training_run", "run_settings", "RECORD", "STORE_KIND", "RunFolder", "RunFolderError", "check_not_in_built_folder", "check_not_in_store", "check_run",
            "enclosing_store", "folder_kind", "locked_folder", "open_run", "read_record", "update_record"]

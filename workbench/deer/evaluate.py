@@ -34,6 +34,7 @@ from ..evaluation.metrics import agreement, repetition_rate
 from ..evaluation.prompts import Prompt, make_prompts
 from ..model.io import read_workbench_json
 from ..speculative.metrics import row_metrics
+from ..utils import writes_out_dir
 from .decode import DeerResult, deer_decode
 from .models import load_drafter, load_target
 from .tables import acceptance_histogram, by_category, compare_tau
@@ -195,6 +196,7 @@ def _linear_model(target, adapter: str | None):
     return model
 
 
+@writes_out_dir("deer eval")
 def run_deer_eval(cfg: DeerEvalConfig, target=None, tokenizer=None) -> Path:
     """Run every measurement of ``cfg`` and write the tables and figures; returns ``cfg.out_dir``.
 

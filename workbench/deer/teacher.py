@@ -31,7 +31,7 @@ from ..corpus import CorpusError, by_split, load_corpus
 from ..decoding.ar import ar_decode
 from ..evaluation.prompts import Prompt, make_prompts
 from ..atomic import atomic_path, write_json
-from ..run_folder import LOCK, check_not_in_store, locked_folder
+from ..run_folder import LOCK, check_not_in_built_folder, check_not_in_store, locked_folder
 from ..utils import RunDirError, prepare_run_dir
 from ..model.loading import ModelLoading
 
@@ -184,6 +184,7 @@ def generate_teacher(cfg: TeacherConfig, model=None, tokenizer=None,
     if existing.is_dir() and any(q.name != LOCK for q in existing.iterdir()) and not (existing / SIDECAR).exists():
         raise RunDirError(f"{existing} is not empty and holds no teacher data ({SIDECAR}); choose another --out_dir")
     check_not_in_store(existing)
+    check_not_in_built_folder(existing)
     created = not existing.exists()
     out = prepare_run_dir(cfg.out_dir)
     with locked_folder(out, "deer teacher"):     # one writer: two generations never mix their chunks

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from .decode import DiffuSpecConfig, SearchKnobs
 from ..model.loading import ModelLoading
+from ..utils import writes_out_dir
 
 
 @dataclass
@@ -120,6 +121,7 @@ def _row(name: str, drafter: str, prompt, res, i: int, ar_ids: list[int]) -> dic
             "ids": toks}
 
 
+@writes_out_dir("diffuspec")
 def run_eval(cfg: DiffuSpecEvalConfig) -> Path:
     """Decode every method and drafter on the same prompts and write the table; returns ``cfg.out_dir``.
 

@@ -96,6 +96,9 @@ class AblationConfig(EvalOptions, ModelLoading):
 
         if not Path(self.train_config).is_file():
             raise FileNotFoundError(f"training config {self.train_config} does not exist")
+        if not self.losses:
+            raise ValueError("--losses is empty: the ablation trains one drafter per loss; name at least one, e.g. "
+                             "[lk_hybrid_ce]")
         for loss in self.losses:
             check_loss_name(loss)
         argv = ["--config", self.train_config, "--progress_bar", str(self.progress_bar).lower()]

@@ -20,6 +20,7 @@ from ..corpus import by_split, load_corpus
 from ..decoding import DecodeResult, get_policy
 from ..decoding.base import DecodeError, cast_for_precision, check_lengths, check_precision, check_threshold, resolve_precision
 from ..model.load import load_model, resolve_device
+from ..utils import writes_out_dir
 from .metrics import (agreement, ar_token_logprobs, first_line, introspective_acceptance, known_words, nan_mean,
                       oov_word_rate, repetition_rate, whitespace_ids, whitespace_share, whitespace_share_multi)
 from .prompts import Prompt, make_prompts
@@ -82,6 +83,11 @@ class EvalConfig(ModelLoading):
         for m in self.modes:
             if m not in MODES:
                 raise ValueError(f"unknown context mode {m!r}; valid: {', '.join(MODES)}")
+        if not self.block_lengths or not self.thresholds:
+            empty = "--block_lengths" if not self.block_lengths else "--thresholds"
+            raise ValueError(f"{empty} is empty, which would drop the {'serial and ' if empty == '--block_lengths' else ''}"
+                             "confidence runs of the sweep; give at least one value, e.g. "
+                             f"{'[4, 8]' if empty == '--block_lengths' else '[0.9]'}")
         for t in self.thresholds:
             check_threshold(t)
         for b in self.block_lengths:
@@ -307,6 +313,7 @@ def check_sweep_fits(model, block_lengths, prompt_len: int, gen_len: int, meta: 
     return warn_untrained_positions(meta, prompt_len, gen_len) if meta is not None else None
 
 
+@writes_out_dir("evaluate")
 def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFrame, pd.DataFrame, Path]:
     """Evaluate and write ``results.parquet``, ``summary.parquet``, ``summary.json`` and ``config.json``
     to ``cfg.out_dir``. Returns (per-prompt rows, summary, run dir)."""

@@ -93,7 +93,7 @@ class LeaderboardConfig(ModelLoading):
         if not self.modes or any(m not in MODES for m in self.modes):
             raise ValueError(f"--modes must be a non-empty list of {', '.join(MODES)}, got {self.modes}")
         if not self.block_lengths:
-            raise ValueError("--block_lengths is empty")
+            raise ValueError("--block_lengths is empty; give at least one block length, e.g. [4, 8]")
         for b in self.block_lengths:
             if b <= 0 or self.gen_len % b:
                 raise DecodeError(f"block length {b} must be positive and divide --gen_len {self.gen_len}")
@@ -107,8 +107,13 @@ class LeaderboardConfig(ModelLoading):
         check_precision(self.precision)
         from ..decoding.registry import get_decoder, load_decoders
 
-        load_decoders()
+        registered = load_decoders()
         for name in [*self.decoders, *(self.real_context_decoders or [])]:
             get_decoder(name)                    # an unknown name: DecodeError listing the valid ones
+        sweeping = [n for n in (self.decoders or registered) if get_decoder(n).sweep == "block_length+threshold"]
+        if not self.thresholds and sweeping:     # they would have no row at all, and no "not run" line either
+            raise ValueError(f"--thresholds is empty, which would drop the decoders that sweep a threshold "
+                             f"({', '.join(sweeping)}); give at least one, e.g. [0.9], or leave them out with "
+                             "--decoders")
         if self.sol_budget < 1:
             raise ValueError(f"--sol_budget must be ≥ 1, got {self.sol_budget}")

@@ -25,7 +25,7 @@ from ..decoding.base import DecodeError, cast_for_precision, stop_at_eos
 from ..decoding.registry import DecoderSpec, get_decoder, load_decoders
 from ..evaluation.harness import decode_identity, decode_prompts
 from ..evaluation.metrics import whitespace_ids
-from ..utils import check_out_dir, staged_dir
+from ..utils import check_out_dir, staged_dir, writes_out_dir
 from .columns import row_columns
 from .config import LeaderboardConfig
 from ..model.families.spec import FamilyError
@@ -71,6 +71,7 @@ def _artefacts(cfg: LeaderboardConfig, specs: list[DecoderSpec], model, tok) -> 
     return loaded, missing
 
 
+@writes_out_dir("leaderboard")
 def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_cache: dict | None = None,
                     sol_cache: dict | None = None) -> tuple[pd.DataFrame, Path]:
     """Run the leaderboard and write ``cfg.out_dir``; returns ``(table, out_dir)``.

@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.utilities import rank_zero_warn
 
 from ..schedule import optimizer_config
 from .loss import masked_bce
@@ -43,6 +42,9 @@ class SamplerModule(pl.LightningModule):
         self.lr, self.weight_decay, self.min_lr_ratio = lr, weight_decay, min_lr_ratio
         self.warmup_steps, self.total_steps = max(0, int(warmup_steps)), max(1, int(total_steps))
         self._val: list[tuple[np.ndarray, np.ndarray, np.ndarray, float, int]] = []
+        #: Whether a validation saw labels of one class only (its val/auc is 0.5 by definition); the command reports
+        #: it once, in one line, after the export (``metrics.json``'s ``single_class_validation``).
+        self.single_class_validation = False
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return self.net(features)
@@ -77,7 +79,7 @@ class SamplerModule(pl.LightningModule):
         probs, top1, labels = (np.concatenate([p[i] for p in parts]) for i in range(3))
         n = sum(p[4] for p in parts)
         if n and (labels.all() or not labels.any()):
-            rank_zero_warn("validation labels have a single class: val/auc is reported as 0.5")
+            self.single_class_validation = True
         self.log_dict({"val/auc": auc(probs, labels), "val/auc_top1_prob": auc(top1, labels),
                        "val/bce": sum(p[3] for p in parts) / max(1, n),
                        "val/label_rate": float(labels.mean()) if n else 0.0}, prog_bar=True, sync_dist=False)

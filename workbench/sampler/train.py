@@ -10,6 +10,7 @@ so the losses and final weights are those of an uninterrupted run.
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
 import warnings
@@ -115,6 +116,9 @@ class SamplerTrainConfig(DeviceConfig, ModelLoading):
             raise ValueError(f"unknown split_by {self.split_by!r}; valid: {', '.join(SPLIT_BY)}")
         if self.block_length <= 0 or self.batch_size <= 0 or self.max_epochs <= 0 or self.patience <= 0:
             raise ValueError("block_length, batch_size, max_epochs and patience must be positive")
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ValueError(f"--max_steps must be positive, or -1 for no limit (max_epochs decides); got "
+                             f"{self.max_steps}, which would export an untrained sampler")
         self.sampler_config()
 
 
@@ -226,7 +230,8 @@ def _fit_and_export(cfg: SamplerTrainConfig, folder, data, trainer, best, stop, 
             np.save(tmp / "token_pca.npy", np.asarray(pca))
     write_json(out / "metrics.json", {"global_step": trainer.global_step, "epoch": trainer.current_epoch,
                                       "wall_s_this_run": wall, "best_val_auc": best_auc,
-                                      "n_train_rows": data.n_train_rows, "n_val_rows": data.n_val_rows, **metrics})
+                                      "n_train_rows": data.n_train_rows, "n_val_rows": data.n_val_rows,
+                                      "single_class_validation": module.single_class_validation, **metrics})
     early = trainer.early_stopping_callback
     update_record(folder, finished=bool(early is not None and early.stopped_epoch) or trainer.current_epoch >=
                   cfg.max_epochs or 0 < cfg.max_steps <= trainer.global_step)
@@ -249,6 +254,11 @@ def main(argv: list[str]) -> int:
     cfg = parse_dataclass("workbench train sampler", SamplerTrainConfig, argv)
     out = train_sampler(cfg)
     print(f"sampler saved to {out}")
+    metrics = Path(cfg.out_dir) / "metrics.json"
+    if metrics.is_file() and json.loads(metrics.read_text()).get("single_class_validation"):
+        print(f"workbench train sampler: warning: the validation labels of {cfg.store} (B = {cfg.block_length}) have "
+              "a single class, so val/auc is 0.5 by definition and early stopping saw no signal; hold out more "
+              "with --val_fraction, or collect more prompts", file=sys.stderr)
     return 0
 
 

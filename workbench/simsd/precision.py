@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 
 from ..model.loading import ModelLoading
+from ..utils import writes_out_dir
 
 
 @dataclass
@@ -70,6 +71,7 @@ def step_deviation(target, prefix: list[int], draft: torch.Tensor, steps: torch.
     return pd.DataFrame(rows)
 
 
+@writes_out_dir("simsd")
 def run(cfg: PrecisionConfig) -> Path:
     """Measure and write the table; returns ``cfg.out_dir``."""
     from ..assets import shipped_artefact

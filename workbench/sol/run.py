@@ -30,7 +30,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ..decoding.base import DecodeError, check_threshold
-from ..utils import check_out_dir, staged_dir
+from ..utils import check_out_dir, staged_dir, writes_out_dir
 from .runner import run_sol
 from ..model.loading import ModelLoading
 
@@ -78,6 +78,9 @@ class SolConfig(ModelLoading):
     """Show a progress bar."""
 
     def validate(self) -> None:
+        if not self.block_lengths:
+            raise ValueError("--block_lengths is empty: the SOL search runs per block length; give at least one, "
+                             "e.g. [4, 8]")
         for b in self.block_lengths:
             if b <= 0 or self.gen_len % b:
                 raise DecodeError(f"block length {b} must be positive and divide gen_len {self.gen_len}")
@@ -132,6 +135,7 @@ def summarize_linear_ss(ss: pd.DataFrame, by: list[str], prefix: str) -> pd.Data
                          }).reset_index()
 
 
+@writes_out_dir("sol")
 def run_sol_eval(cfg: SolConfig, model=None, tokenizer=None, cache: dict | None = None) -> dict:
     """Run the analysis and write the run directory; returns the overall summary as records. ``cache``: SOL
     searches shared with later callers on the same model (:func:`~workbench.sol.runner.run_sol`)."""

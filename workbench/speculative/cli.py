@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..decoding.base import DecodeError
 from ..decoding.sampling import check_sampling
+from ..utils import writes_out_dir
 from .adapter import check_adapter_dir, load_adapter
 from ..model.loading import ModelLoading
 
@@ -76,6 +77,9 @@ class SpeculateConfig(ModelLoading):
         """Raise a one-line ``ValueError`` / ``DecodeError`` for inconsistent options."""
         check_speculation_options(self, list(self.draft_lengths) + list(self.quadratic_draft_lengths))
         check_sampling(self.temperature, self.top_k, self.top_p)
+        if self.quadratic_draft_lengths and not self.ensemble_lambdas:
+            raise ValueError("--ensemble_lambdas is empty, which would drop the quadratic runs; give at least one "
+                             "λ, e.g. [1.0], or leave quadratic self-speculation out with --quadratic_draft_lengths []")
         for lam in self.ensemble_lambdas:
             if not 0.0 <= lam <= 1.0:
                 raise DecodeError(f"ensemble_lambda must be in [0, 1], got {lam}")
@@ -87,6 +91,8 @@ def check_speculation_options(cfg, draft_lengths: list[int]) -> None:
     """Shared checks of the speculation evaluation configs (``modes``, ``block_length``, ``gen_len``,
     ``temperature``, ``batch_size``, ``n_prompts`` attributes of ``cfg``). Raises a one-line ``ValueError``
     or :class:`~workbench.decoding.base.DecodeError`."""
+    if not cfg.modes:
+        raise ValueError("--modes is empty; give one or both of real, free")
     for m in cfg.modes:
         if m not in ("real", "free"):
             raise ValueError(f"unknown context mode {m!r}; valid: real, free")
@@ -104,6 +110,7 @@ def attach_adapter(model, adapter_dir: str):
     return model
 
 
+@writes_out_dir("speculate")
 def run_speculate(cfg: SpeculateConfig, model=None, tokenizer=None) -> dict:
     """Run the evaluation and write the run directory; returns ``{"results", "summary", "out_dir", "wall_s"}``."""
     from ..corpus import by_split, load_corpus

@@ -18,7 +18,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
 from ..data import LMDataModule
-from ..distributed import BatchPlan, DeviceConfig, batch_plan, make_trainer, resume_point
+from ..distributed import BatchPlan, DeviceConfig, batch_plan, check_accelerator, make_trainer, resume_point
 from ..evaluation.metrics import whitespace_ids
 from ..model.io import save_checkpoint
 from ..model.load import load_model
@@ -173,6 +173,12 @@ class LMTrainConfig(DeviceConfig, ModelLoading):
                              f"idlm; got {self.idlm_clean_scale} with objective {self.objective}")
         if self.noise_per not in NOISE_PER:
             raise ValueError(f"unknown noise_per {self.noise_per!r}; valid: {', '.join(NOISE_PER)}")
+        if not self.block_lengths:
+            raise ValueError("block_lengths is empty; every training batch draws its block length from it: give at "
+                             "least one, e.g. [4, 8, 16, 32]")
+        if self.lora_rank and not self.lora_targets:
+            raise ValueError("lora_targets is empty, so the gated LoRA would adapt nothing; name at least one module, "
+                             "e.g. [q_proj, v_proj]")
         for b in [*self.block_lengths, self.val_block_length]:
             if b <= 0 or self.seq_len % b:
                 raise ValueError(f"block length {b} must be positive and divide seq_len {self.seq_len}")
@@ -573,6 +579,7 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     """
     # everything that can be refused is checked before anything is written (issue 27 §6, issue 56 §1-2)
     cfg.validate()
+    check_accelerator(cfg.accelerator, cfg.devices, cfg.strategy)   # no GPU here: before the model is built
     check_run(**run_folder_args(cfg))           # another kind, changed settings, a store; rank 0 only
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     model, tok = build_model(cfg)

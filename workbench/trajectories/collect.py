@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import time
+import warnings
 import zlib
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -38,9 +39,11 @@ from ..corpus import by_split, load_corpus
 from ..decoding.base import DecodeError, cast_for_precision, check_precision, check_threshold, resolve_precision
 from ..decoding.diffusion import diffusion_decode
 from ..decoding.rules import confidence_rule, hybrid_rule, serial_rule
+from ..distributed import check_accelerator
 from ..evaluation.prompts import make_prompts
 from ..interrupts import Interrupted, SafeStop, SignalFlag, stopping_at_safe_points
 from ..model.fingerprint import model_fingerprint, tokenizer_hash
+from ..run_folder import check_not_in_built_folder
 from ..utils import check_run_dir
 from ..tokenizer import is_byte_tokenizer
 from .features import feature_spec, step_record, token_pca
@@ -324,6 +327,8 @@ class CollectModule(pl.LightningModule):
     def __init__(self, model, policy: str, threshold: float, pad_id: int, precision: str):
         super().__init__()
         self.model, self.policy, self.threshold, self.pad_id, self.precision = model, policy, threshold, pad_id, precision
+        # a resume where one rank's items are all committed and another's are not: that rank has nothing to do
+        self.allow_zero_length_dataloader_with_multiple_devices = True
 
     def predict_step(self, batch, batch_idx: int):
         b, item_id, specs = batch
@@ -533,8 +538,15 @@ def run_collect(cfg: CollectConfig) -> dict:
     cfg.validate()
     cfg = replace(cfg, precision=resolve_precision(cfg.precision, _collect_device(cfg)))
     check_store_path(cfg.out, "--out")
+    check_not_in_built_folder(cfg.out, "--out")         # an export or result folder: its rerun would delete the store
     check_run_dir(cfg.out, "--out")                     # a read-only file system
     pl.seed_everything(cfg.seed, verbose=False)
+    check_accelerator(cfg.accelerator, cfg.devices, cfg.strategy)   # one line naming the fix (no GPU here)
+    writer = TrajectoryWriter(cfg.out, cfg.block_lengths, cfg.rows_per_chunk)
+    # Lightning checks the devices and the strategy here: before prompts are chosen or the store is created
+    trainer = pl.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, logger=False,
+                         callbacks=[writer], enable_progress_bar=cfg.progress_bar, enable_model_summary=False,
+                         use_distributed_sampler=False, inference_mode=True)
     model, tok, _ = load_model(cfg.model, "cpu", cfg.add_mask_token)
     check_context_fits(cfg, model)
     cast_for_precision(model, cfg.precision)
@@ -560,14 +572,13 @@ def run_collect(cfg: CollectConfig) -> dict:
         check_resumed_prompts(cfg.out, attrs)
     create_store(cfg.out, attrs, list(cfg.block_lengths),
                  token_pca(emb, feature_spec(cfg.feature_dim)["pca_dim"], cfg.seed),
-                 growable=EXTENDABLE, extend=cfg.extend, replaceable=("prompt_digest",),
+                 growable=EXTENDABLE, extend=cfg.extend, replaceable=("prompt_digest",), derived=("categories",),
                  prompt_document=prompt_documents(prompts))
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    with stopping_at_safe_points(f"the store {cfg.out}") as flag:
-        writer = TrajectoryWriter(cfg.out, cfg.block_lengths, cfg.rows_per_chunk, flag)
-        trainer = pl.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, logger=False,
-                             callbacks=[writer], enable_progress_bar=cfg.progress_bar, enable_model_summary=False,
-                             use_distributed_sampler=False, inference_mode=True)
+    with stopping_at_safe_points(f"the store {cfg.out}") as flag, warnings.catch_warnings():
+        writer.flag = flag
+        # a rerun on a complete store has nothing left to decode: that is its intention, not a mistake to flag
+        warnings.filterwarnings("ignore", message=r"Total length of .* across ranks is zero")
         t0 = time.perf_counter()
         trainer.predict(CollectModule(model, cfg.policy, cfg.threshold, pad, cfg.precision),
                         datamodule=CollectData(items, writer), return_predictions=False)

@@ -167,7 +167,7 @@ def _pca_width(attrs: dict) -> int:
 
 def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndarray | None = None,
                  growable: tuple[str, ...] = (), extend: bool = False, replaceable: tuple[str, ...] = (),
-                 prompt_document: np.ndarray | None = None) -> None:
+                 prompt_document: np.ndarray | None = None, derived: tuple[str, ...] = ()) -> None:
     """Create a store at ``path`` (root attrs ``{"schema_version": SCHEMA_VERSION, "kind": "trajectory store",
     **attrs}``, one group ``B{B}`` per block length, optional ``token_pca`` (V, pca_dim) stored as float16, pca_dim
     from ``attrs["feature_spec"]``, 44 by default, and optional ``prompt_document``, recorded as
@@ -181,6 +181,9 @@ def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndar
     store is then extended: its root attrs are rewritten with the new values in one atomic write. Without it,
     such a difference is refused with a hint to ``--extend true``. The caller checks that the larger plan keeps
     the old one as its prefix (``workbench collect --extend``).
+
+    ``derived`` names attrs that follow from others (the prompts' ``categories`` from ``n_prompts``): a difference
+    in them is reported only when no other setting differs, so that the refusal names the setting that was changed.
 
     ``replaceable`` names attrs the caller has already checked against the existing store (the prompt digest of
     ``workbench collect``): once every other setting matched, a new value is written (or added to a store that
@@ -203,7 +206,7 @@ def create_store(path, attrs: dict, block_lengths: list[int], token_pca: np.ndar
             p.parent.mkdir(parents=True, exist_ok=True)
             with _creation_lock(p):
                 _create_store_locked(p, attrs, block_lengths, token_pca, tuple(growable), extend, tuple(replaceable),
-                                     prompt_document)
+                                     prompt_document, tuple(derived))
     except BaseException:
         _remove_empty_dirs(p.parent, made)
         raise
@@ -260,7 +263,8 @@ _CREATION_ENTRIES = r"zarr\.json|token_pca|prompt_document|B\d+|zarr\.\w+\.parti
 
 def _create_store_locked(p: Path, attrs: dict, block_lengths: list[int], token_pca: np.ndarray | None,
                          growable: tuple[str, ...] = (), extend: bool = False,
-                         replaceable: tuple[str, ...] = (), prompt_document: np.ndarray | None = None) -> None:
+                         replaceable: tuple[str, ...] = (), prompt_document: np.ndarray | None = None,
+                         derived: tuple[str, ...] = ()) -> None:
     attrs = {"schema_version": SCHEMA_VERSION, "kind": STORE_KIND, **_jsonable(attrs)}
     lens = sorted({int(b) for b in block_lengths})
     if not lens or min(lens) < 1:
@@ -281,7 +285,9 @@ def _create_store_locked(p: Path, attrs: dict, block_lengths: list[int], token_p
             if old.get("kind", STORE_KIND) != STORE_KIND:
                 raise StoreError(f"{p} is a {old['kind']!r}, not a workbench trajectory store: choose another path")
             grown = {}
-            for key in sorted(set(old) | set(new), key=str):
+            # a setting the user gave is named before one derived from it (the prompts' categories follow from
+            # n_prompts), and a fixed one before a growable one (which --extend could only fix if the rest matched)
+            for key in sorted(set(old) | set(new), key=lambda k: (k in derived, k in growable, str(k))):
                 if old.get(key) == new.get(key):
                     continue
                 if (key in replaceable or key == "kind") and key in new:
@@ -368,7 +374,7 @@ def check_store_path(path, option: str = "--out") -> None:
         return
     kind = folder_kind(p)
     if kind is not None:
-        raise StoreError(f"{option} {p} holds a `workbench {kind}` run (run.json), not a trajectory store; {fix}")
+        raise StoreError(f"{option} {p} holds a `workbench {kind}` run, not a trajectory store; {fix}")
     if not _only_creation_entries(p):
         raise StoreError(f"{option} {p} is a directory of other files, not a trajectory store; {fix}")
 

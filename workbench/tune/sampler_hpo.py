@@ -91,6 +91,8 @@ def run_sampler_hpo(cfg: SamplerHPOConfig) -> dict:
 
     if cfg.n_workers < 1:
         raise ValueError(f"--n_workers must be ≥ 1, got {cfg.n_workers}")
+    if not cfg.widths or min(cfg.widths) < 1:
+        raise ValueError(f"--widths must be a non-empty list of positive widths, got {cfg.widths}")
     folder_args = dict(path=cfg.out_dir, kind="sweep sampler", settings=run_settings(cfg), may_change=HPO_MAY_CHANGE,
                        state="trials.parquet")
     check_run(**folder_args)

@@ -105,6 +105,8 @@ class SweepConfig(ModelLoading):
         from ..sampler.policy import check_fallback
 
         check_fallback(self.sampler_fallback)        # a DecodeError, which is a ValueError
+        if not self.block_lengths:
+            raise ValueError("--block_lengths is empty; give at least one block length, e.g. [32]")
         for b in self.block_lengths:
             if b <= 0 or self.gen_len % b:
                 raise ValueError(f"block length {b} must be positive and divide gen_len {self.gen_len}")
