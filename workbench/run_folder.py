@@ -50,7 +50,7 @@ STORE_KIND = "trajectory store"
 #: Settings that never change a run's results, free to change on any rerun (where a command has them): how it
 #: shows progress, which devices and how many data workers run it, its wall-clock limit, how often it logs.
 OPERATIONAL = ("progress_bar", "resume", "accelerator", "devices", "num_nodes", "strategy", "micro_batch_size",
-               "max_time", "log_every_n_steps", "num_workers")
+               "max_time", "log_every_n_steps", "num_workers", "strict_family", "attn_implementation")
 
 
 #: Settings that name files or folders (where a command has them). The record keeps each as an absolute path when

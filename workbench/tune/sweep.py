@@ -161,7 +161,7 @@ class ThresholdObjective:
 #: are drawn and searched. Every setting that changes a measurement stays fixed (:data:`MEASUREMENT`), and so do
 #: the study's name and storage (the folder's exports are that study's).
 SWEEP_MAY_CHANGE = ("n_trials", "n_workers", "seed", "heartbeat_interval", "optuna_sampler", "threshold_low",
-                    "threshold_high")
+                    "threshold_high", "strict_family", "attn_implementation")
 #: The settings that change a trial's measurement (tpf, accuracy): a study records them with the fingerprints of
 #: its model, sampler and prompt set (:func:`measurement_identity`), and refuses a resume that changes any.
 MEASUREMENT = ("model", "policy", "sampler", "sampler_fallback", "block_lengths", "tune_block_length", "accuracy",
