@@ -373,3 +373,24 @@ def test_the_prefix_cache_has_no_eos_rule(models, family):
 def test_reference_decoders_refuse_other_block_lengths(models):
     with pytest.raises(DecodeError, match="decodes the family's own blocks of 4 tokens"):
         get_policy("sdar")(models["sdar"], PROMPTS, 8, block_length=8)
+
+
+def test_prefix_cache_never_repeats_a_state_for_ever():
+    """Fast-dLLM v1's loop runs while the block holds a mask; a forward whose commits are all mask-token predictions
+    leaves the state unchanged, so the reference would repeat it for ever. Only such a row changes: its most
+    confident masked position takes its best token other than the mask."""
+    from workbench.decoding.families.fast_dllm_v1 import threshold_commit, unstick
+
+    m = 5
+    logits = torch.full((2, 3, 6), -5.0)
+    logits[:, :, m] = 4.0                          # every position predicts the mask token...
+    logits[0, 1, 2], logits[0, 2, 3] = 3.0, 1.0    # ...row 0's position 1 has the best other token (2)
+    logits[1, 0, 0] = 9.0                          # row 1's position 0 predicts token 0, confidently
+    masked = torch.tensor([[True, True, True], [True, True, False]])
+    commit, top = threshold_commit(logits, masked, 0.9, torch.float64)
+    block = torch.full((2, 3), m)
+    stuck = masked.any(1) & (torch.where(commit, top, block) == block).all(1)
+    assert stuck.tolist() == [True, False]
+    commit2, top2 = unstick(logits, masked, commit, top, stuck, m)
+    assert torch.where(commit2, top2, block)[0].tolist() == [m, 2, m]        # row 0: progress, one position
+    assert torch.equal(commit2[1], commit[1]) and torch.equal(top2[1], top[1])  # row 1: as the reference

@@ -18,7 +18,9 @@ Per block of ``B`` (the canvas is the prompt, then ``gen_len`` masks, every futu
 The threshold rule: the prediction is the argmax over the **whole vocabulary**, its confidence its softmax
 probability (float64 for LLaDA, as ``get_transfer_index``; float32 for Dream, the model's precision there); every
 masked position of the block with confidence ≥ ``threshold`` takes its prediction, and always the most confident
-one. A position predicted as the mask token stays a mask. Dream's shifted logits are realigned by the adapter, so
+one. A position predicted as the mask token stays a mask; a forward that commits only such predictions would
+repeat for ever in the reference, so there the most confident masked position takes its best other token
+(:func:`unstick`). Dream's shifted logits are realigned by the adapter, so
 block position 0 of a later forward reads the first forward's prefix logit, where the reference reads the chunk's own
 first logit; step 1 has committed position 0, so the two differ only if it was predicted as the mask token.
 
@@ -44,6 +46,21 @@ def threshold_commit(logits: torch.Tensor, masked: torch.Tensor, threshold: floa
     top = logits.argmax(dim=-1)
     conf = torch.softmax(logits.to(dtype), dim=-1).gather(-1, top[..., None])[..., 0]
     return ((conf >= threshold) & masked) | most_confident(conf, masked), top
+
+
+def unstick(logits: torch.Tensor, masked: torch.Tensor, commit: torch.Tensor, top: torch.Tensor, stuck: torch.Tensor,
+            mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For the rows ``stuck`` ``(N,)`` whose forward committed only mask-token predictions (the block unchanged, so
+    the reference's ``while`` loop, deterministic at temperature 0, would repeat the same forward for ever), the most
+    confident masked position takes its best token other than the mask. Elsewhere ``(commit, top)`` are unchanged,
+    so the decode equals the reference on every input where the reference ends. ``logits`` ``(N, B, V)``; returns
+    ``(commit, top)``."""
+    second = logits.clone()
+    second[..., mask_id] = float("-inf")
+    alt = second.argmax(dim=-1)
+    conf = torch.softmax(second, dim=-1).gather(-1, alt[..., None])[..., 0]
+    pick = most_confident(conf, masked) & stuck[:, None]
+    return commit | pick, torch.where(pick, alt, top)
 
 
 @torch.no_grad()
@@ -120,7 +137,12 @@ def prefix_cache_decode(model, prompts: list[list[int]], gen_len: int, block_len
                 calls += 1
                 masked = (block == m) & looping[:, None]
                 commit, top = threshold_commit(logits, masked, threshold, dtype)
-                block = torch.where(commit, top, block)
+                new = torch.where(commit, top, block)
+                stuck = masked.any(dim=1) & (new == block).all(dim=1)
+                if stuck.any():                 # the reference would repeat this state for ever: see unstick
+                    commit, top = unstick(logits, masked, commit, top, stuck, m)
+                    new = torch.where(commit, top, block)
+                block = new
                 record(commit, top, looping.tolist())
                 looping &= (block == m).any(dim=1)
             out[:, start:start + b] = block
