@@ -226,3 +226,25 @@ def test_lossless_decoders_give_token_equal_completions_and_ar_greedys_pass_at_1
     scores = {k: pass_at(v)["pass@1"] for k, v in score(tp, {n: [c] for n, c in comps.items()}, opts,
                                                           progress=False).items()}
     assert scores["ss_linear"] == scores["ss_quadratic"] == scores["ar_greedy"] >= 1 / 3
+
+
+def test_ar_decoding_ends_a_batch_once_every_row_has_stopped():
+    """``ar_decode(stop_ids=...)`` stops where every row has produced a stop id: cut at the stops, its answers and
+    forwards are those of the full-length decode, in fewer model calls."""
+    from workbench.decoding.ar import ar_decode
+    from workbench.decoding.base import stop_at_eos
+    from workbench.model.load import load_model
+
+    model, tok, _ = load_model("tiny", "cpu")
+    prompts = [list(tok("def add(a, b):\n", add_special_tokens=False)["input_ids"]),
+               list(tok("import os\n\n\nclass Path:\n", add_special_tokens=False)["input_ids"])]
+    full = ar_decode(model, prompts, 40, precision="fp32")
+    stops = {full.tokens[0][5], full.tokens[1][9]}          # tokens each row produces early on
+    early = ar_decode(model, prompts, 40, precision="fp32", stop_ids=stops)
+    assert early.model_calls < full.model_calls and len(early.tokens[0]) < 40
+    a, b = stop_at_eos(full, stops), stop_at_eos(early, stops)
+    assert a.tokens == b.tokens and a.forwards == b.forwards and max(len(t) for t in a.tokens) <= 10
+    # real-context mode ignores stop_ids (it always decodes every segment)
+    real = ar_decode(model, prompts, 8, precision="fp32", stop_ids=stops, block_length=4,
+                     real_continuation=[[1] * 8, [2] * 8])
+    assert all(len(t) == 8 for t in real.tokens)

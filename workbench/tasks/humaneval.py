@@ -165,13 +165,13 @@ def prompt_ids(problem: Problem, tokenizer, fmt: str) -> list[int]:
 
 
 def stop_token_ids(tokenizer) -> set[int]:
-    """Ids that end a decode: the tokenizer's end-of-sequence token and every :data:`STOP_TOKENS` it has as one
-    token of its vocabulary."""
+    """Ids that end a decode: the tokenizer's end-of-sequence token and every :data:`STOP_TOKENS` it has as an added
+    (special) token; the same text as ordinary pieces of the vocabulary (``</s>`` in Qwen's BPE) stops nothing."""
     ids = set()
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
-    vocab = tokenizer.get_vocab()
-    ids |= {int(vocab[t]) for t in STOP_TOKENS if t in vocab}
+    added = tokenizer.get_added_vocab()
+    ids |= {int(added[t]) for t in STOP_TOKENS if t in added}
     return ids
 
 

@@ -104,7 +104,9 @@ class TaskPrompts:
 def decode_task(model, policy: str, prompts: TaskPrompts, gen_len: int, batch_size: int, pad_id: int,
                 sample: int = 0, block_commits: bool | None = None, **kw):
     """Decode every prompt of ``prompts`` with decoder ``policy`` in batches of ``batch_size`` (free-running), each
-    row cut after its first stop token (:func:`~workbench.decoding.base.stop_at_eos`, forwards recounted).
+    row cut after its first stop token (:func:`~workbench.decoding.base.stop_at_eos`, forwards recounted). An AR
+    decoder ends a batch as soon as every row has stopped (``ar_decode``'s ``stop_ids``), as ``generate`` does; the
+    others decode ``gen_len`` tokens and are cut afterwards.
 
     ``sample``: the sample index; a sampling decoder (``temperature`` > 0 in ``kw``) draws batch c of sample s with
     seed ``seed + 1000·s + c``. ``block_commits``: the decoder finalises whole blocks (default: from its registry
@@ -113,8 +115,11 @@ def decode_task(model, policy: str, prompts: TaskPrompts, gen_len: int, batch_si
     from ..decoding.registry import get_decoder, get_policy
 
     fn = get_policy(policy)
+    spec = get_decoder(policy)
     if block_commits is None:
-        block_commits = get_decoder(policy).block_commits
+        block_commits = spec.block_commits
+    if spec.family == "ar" and prompts.stop_ids:         # AR decoders end the batch once every row has stopped
+        kw = {**kw, "stop_ids": prompts.stop_ids}
     sampled = (kw.get("temperature") or 0) > 0
     out = DecodeResult(tokens=[], forwards=[], extra_forwards=[], committed_per_step=[], step_tokens=[])
     for c, i in enumerate(range(0, len(prompts.ids), batch_size)):
