@@ -146,3 +146,26 @@ def test_leaderboard_task_runs_on_every_released_familys_fixture(cli, tmp_path, 
     assert {"serial", "confidence"} <= set(ok["decoder"])
     lines = (out / "samples.jsonl").read_text().splitlines()
     assert len(lines) >= 2 * len(ok) and {json.loads(x)["task_id"] for x in lines} == {"HumanEval/0", "HumanEval/1"}
+
+
+DEMO_OFF = ["--collect", "false", "--lora", "false", "--sol", "false", "--deer", "false", "--leaderboard", "false",
+            "--n_prompts", "2", "--gen_len", "8", "--block_lengths", "[4]", "--thresholds", "[0.9]",
+            "--leaderboard_block_lengths", "[4]", "--leaderboard_thresholds", "[0.9]", "--precision", "fp32",
+            "--heldout_windows", "2", "--progress_bar", "false"]
+
+
+def test_the_demo_report_carries_the_task_stage_and_its_plot(cli, tmp_path):
+    out = tmp_path / "demo"
+    r = cli("demo", "--model", "tiny", *DEMO_OFF, "--task", "humaneval", "--task_problems", "0:2", "--task_gen_len", "8",
+            "--leaderboard_decoders", "[ar_greedy,confidence,ss_linear]", "--confirm_run_unsafe_code", "--out_dir", out)
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = (out / "report.md").read_text()
+    assert "## Task accuracy: humaneval pass@1" in report and "(task/pass_at_1.png)" in report
+    assert (out / "task" / "pass_at_1.png").exists() and (out / "task" / "samples.jsonl").exists()
+    assert "task" in json.loads((out / "metrics.json").read_text())["timing_s"]
+
+
+def test_the_demo_refuses_a_task_without_the_confirmation(cli, tmp_path, no_code_runs):
+    r = cli("demo", "--model", "tiny", *DEMO_OFF, "--task", "humaneval", "--out_dir", tmp_path / "demo")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--confirm_run_unsafe_code" in r.stderr
+    assert not (tmp_path / "demo").exists()

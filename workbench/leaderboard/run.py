@@ -167,7 +167,12 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
             cache[key] = res
         return res
 
-    if settings and (settings[0].mode, settings[0].decoder, settings[0].length, None, same) not in cache:
+    if settings and tp is not None:               # a task's warm-up, not timed: one batch, a few blocks
+        first = settings[0]
+        decode_task(adapter_model if first.adapter else model, first.decoder, TaskPrompts(
+            tp.problems[:cfg.batch_size], tp.fmt, tp.ids[:cfg.batch_size], tp.stop_ids),
+            math.lcm(*cfg.block_lengths), cfg.batch_size, pad, **options(first)[0])
+    elif settings and (settings[0].mode, settings[0].decoder, settings[0].length, None, same) not in cache:
         first = settings[0]                                                           # warm-up, not timed
         decode_prompts(adapter_model if first.adapter else model, first.decoder, prompts[:cfg.batch_size], first.mode,
                        cfg.batch_size, pad, **options(first)[0])
