@@ -56,8 +56,9 @@ class UnsafeCodeError(ValueError):
     """Model-written code would run, and the user did not pass ``--confirm_run_unsafe_code``."""
 
 
-class SandboxError(RuntimeError):
-    """The sandbox could not be set up (not a failure of the program it was to run)."""
+class SandboxError(ValueError):
+    """The sandbox could not be set up (not a failure of the program it was to run): one line naming the cause, as
+    the command line reports user errors (exit status 2)."""
 
 
 def require_confirmation(confirmed: bool, what: str = "this task") -> None:
