@@ -31,3 +31,34 @@ def ar_target_checkpoint(path, tok, vocab: int, seed: int = 1):
     AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+#: A ChatML template (Qwen2.5's format, without its tool-calling branches).
+CHATML_TEMPLATE = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                   "'<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+                   "{%- endif %}")
+
+
+def qwen2_chat_checkpoint(path, seed: int = 0):
+    """A tiny random Qwen2 instruct model (2 layers, hidden 32, context 2048) saved with ``save_pretrained`` at
+    ``path``, beside a small BPE tokenizer with Qwen's special tokens (``<|endoftext|>``, ``<|im_start|>``,
+    ``<|im_end|>`` as its end of turn) and a ChatML chat template: the mechanics of an instruct model's HumanEval
+    run (chat prompt, end-of-turn stop, code extraction). Returns ``path``."""
+    from tokenizers import AddedToken
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from conftest import bpe_tokenizer
+
+    tok = bpe_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": [AddedToken("<|im_start|>", special=True),
+                                                          AddedToken("<|im_end|>", special=True)]})
+    tok.eos_token = "<|im_end|>"
+    tok.chat_template = CHATML_TEMPLATE
+    cfg = AutoConfig.for_model("qwen2", vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                               eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
+                               tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

@@ -16,20 +16,20 @@ commands:
   train sampler train the confidence sampler (NLD App. A) on a trajectory store
   train lora    train a LoRA drafter on the diffusion pathway with the LK-hybrid + CE loss (NLD §3.3)
   train deer    DEER two-stage alignment of a diffusion drafter to an AR target (--stage 1|2)
-  evaluate      code-continuation evaluation of a checkpoint under several decoding policies
+  evaluate      code-continuation evaluation of a checkpoint under several decoding policies (--task humaneval: pass@k)
   decode        decode one prompt with a policy and print the continuation
   collect       collect denoising trajectories into a Zarr store (Lightning predict loop)
   store info    sizes, row counts, label balance of a trajectory store
   store verify  check a trajectory store (shapes, row ranges, labels, NaNs, model match)
   sol           speed-of-light analysis: serial target, greedy, recursive dynamic compaction (NLD §4)
-  sweep         Optuna multi-objective threshold study (maximise TPF and accuracy), Pareto front
+  sweep         Optuna multi-objective threshold study (maximise TPF and accuracy or pass@1), Pareto front
   sweep sampler Optuna study of sampler training hyper-parameters (val AUC, with pruning)
   speculate     linear / quadratic self-speculation decoding evaluation (NLD §3.3, App. C)
   drafter       LoRA drafter evaluation: with/without adapter, loss-variant ablation
   deer          DEER teacher data and DEER speculative decoding evaluation (DEER §3)
   diffuspec     DiffuSpec: the n-gram proxy of CPS, the ablation table, the ADL sweep (DiffuSpec §3)
   simsd         SimSD: precision of the one-forward verification against sequential denoising (SimSD §3)
-  leaderboard   every registered decoder on one prompt set, both context modes, against the SOL ceilings
+  leaderboard   every registered decoder on one prompt set, both context modes, against the SOL ceilings (or pass@1)
   models        list the named models and the released dLLM families, fetch a named model, inspect a folder
 
 run 'workbench <command> --help' for the options of a command."""

@@ -168,8 +168,21 @@ def check_not_null(cls, values: dict) -> None:
                              f"it out for its default{default}")
 
 
+def expand_bare_flags(argv: list[str], flags) -> list[str]:
+    """``argv`` with each bare ``--flag`` of ``flags`` (boolean fields: followed by nothing or by another option)
+    written as ``--flag true``, so ``--confirm_run_unsafe_code`` reads as lm-evaluation-harness's bare flag; the flag
+    with a value (``--flag false``) is left as it is."""
+    out = []
+    for i, a in enumerate(argv):
+        out.append(a)
+        if a.startswith("--") and a[2:] in flags and (i + 1 == len(argv) or str(argv[i + 1]).startswith("-")):
+            out.append("true")
+    return out
+
+
 def parse_dataclass(prog: str, cls, argv: list[str]):
-    """Parse ``argv`` (``--config file.yaml`` and ``--field value`` options) into a ``cls`` instance.
+    """Parse ``argv`` (``--config file.yaml`` and ``--field value`` options) into a ``cls`` instance. The boolean
+    fields ``cls.BARE_FLAGS`` names may also be given bare (:func:`expand_bare_flags`).
 
     A relative path under ``workbench/`` that does not exist from the working directory, in ``--config`` or in any
     input option (a config's ``drafter: workbench/assets/...``, a default), is read from the installed package
@@ -182,6 +195,7 @@ def parse_dataclass(prog: str, cls, argv: list[str]):
     from jsonargparse import ArgumentError
 
     p = _dataclass_parser(prog, cls)
+    argv = expand_bare_flags([str(a) for a in argv], getattr(cls, "BARE_FLAGS", ()))
     try:
         ns = p.parse_args(argv)
     except ArgumentError as e:
@@ -196,4 +210,5 @@ def parse_dataclass(prog: str, cls, argv: list[str]):
     return cls(**{k: v for k, v in d.items() if k in {f.name for f in fields(cls)}})
 
 
-__all__ = ["PACKAGE_PARENT", "check_config_file", "check_not_null", "package_path", "parse_dataclass"]
+__all__ = ["PACKAGE_PARENT", "check_config_file", "check_not_null", "expand_bare_flags", "package_path",
+           "parse_dataclass"]

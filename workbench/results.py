@@ -107,8 +107,9 @@ def latest(rows: list[dict]) -> dict[str, dict]:
 def leaderboard_figures(df, cfg, ceilings=None) -> list[dict]:
     """The figures of a leaderboard run (``df``: its table; ``cfg``: its
     :class:`~workbench.leaderboard.config.LeaderboardConfig`): per decoded row, ``tpf``, ``speedup`` (tokens/s ÷ AR
-    greedy's), ``lossless``, ``agree_serial`` and the ``ceiling_tpf`` its decoder is measured against; per
-    ceiling, its SOL value. Keys: ``leaderboard/<model>/<mode>/<decoder>/B<B>/t<τ>/<metric>``."""
+    greedy's), ``lossless``, ``agree_serial`` and the ``ceiling_tpf`` its decoder is measured against (and on a task,
+    ``pass@1`` and ``aup``); per ceiling, its SOL value. Keys: ``leaderboard/<model>/<mode>/<decoder>/B<B>/t<τ>/<metric>``,
+    with the task's name (``humaneval``) in place of the mode for a task run."""
     import math
 
     setting = (f"{cfg.n_prompts} {cfg.split} prompts of {cfg.corpus}, {cfg.prompt_len}-token prompts × {cfg.gen_len} "
@@ -116,9 +117,17 @@ def leaderboard_figures(df, cfg, ceilings=None) -> list[dict]:
     command = (f"workbench leaderboard --model {cfg.model} --n_prompts {cfg.n_prompts} --prompt_len {cfg.prompt_len} "
                f"--gen_len {cfg.gen_len} --block_lengths \"{list(cfg.block_lengths)}\" --thresholds "
                f"\"{list(cfg.thresholds)}\" --precision {cfg.precision}")
+    task = getattr(cfg, "task", None)
+    if task:                                    # a task run: its problems, not corpus prompts
+        setting = (f"{task} problems {cfg.problems or 'all'} ({cfg.prompt_format} format), up to {cfg.gen_len} tokens, "
+                   f"{cfg.precision}, batch {cfg.batch_size}")
+        command = (f"workbench leaderboard --model {cfg.model} --task {task} --problems {cfg.problems or '0:164'} "
+                   f"--prompt_format {cfg.prompt_format} --gen_len {cfg.gen_len} --block_lengths "
+                   f"\"{list(cfg.block_lengths)}\" --thresholds \"{list(cfg.thresholds)}\" --precision {cfg.precision} "
+                   "--confirm_run_unsafe_code")
     base = {"model": cfg.model, "adapter": cfg.adapter, "command": command, "setting": setting}
     units = {"tpf": "tokens per target forward", "speedup": "× AR greedy tokens/s", "lossless": "bool",
-             "agree_serial": "token agreement"}
+             "agree_serial": "token agreement", "pass@1": "share of problems passed", "aup": "AUP (d3LLM)"}
     figures = []
     for _, r in df.iterrows():
         if r.get("status") != "ok":
@@ -127,7 +136,8 @@ def leaderboard_figures(df, cfg, ceilings=None) -> list[dict]:
         row_units = {**units, "ceiling_tpf": "tokens per forward"
                      + (f", SOL({ceiling})" if isinstance(ceiling, str) else "")}
         t = r.get("threshold")
-        tag = f"leaderboard/{cfg.model}/{r['mode']}/{r['decoder']}/B{int(r['block_length'])}/" \
+        # a task's figures never overwrite the corpus prompts' under one key: the task names them, not the mode
+        tag = f"leaderboard/{cfg.model}/{task or r['mode']}/{r['decoder']}/B{int(r['block_length'])}/" \
               f"t{'' if t is None or (isinstance(t, float) and math.isnan(t)) else t}"
         for metric, unit in row_units.items():
             value = r.get(metric)
@@ -137,7 +147,8 @@ def leaderboard_figures(df, cfg, ceilings=None) -> list[dict]:
                             "value": bool(value) if metric == "lossless" else float(value), "target": None})
     if ceilings is not None and len(ceilings):
         for _, c in ceilings.iterrows():
-            figures.append({**base, "key": f"leaderboard/{cfg.model}/free/SOL({c['ceiling']})/B{int(c['block_length'])}"
+            figures.append({**base, "key": f"leaderboard/{cfg.model}/{task or 'free'}/SOL({c['ceiling']})/"
+                                          f"B{int(c['block_length'])}"
                                           f"/sol", "metric": "sol", "value": float(c["sol"]),
                             "unit": "tokens per forward", "target": None})
     return figures

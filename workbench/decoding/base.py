@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import torch
@@ -61,10 +62,10 @@ class DecodeResult:
                                            + self.drafter_forwards_of(row))
 
 
-def stop_at_eos(res: DecodeResult, eos_id: int, block_length: int | None = None) -> DecodeResult:
-    """Cut every row of ``res`` after its first ``eos_id`` (kept), as ``generate`` stops, and recount the row's
-    forwards to those that committed tokens up to it (a separate drafter's forwards in proportion to the blocks or
-    cycles kept).
+def stop_at_eos(res: DecodeResult, eos_id: int | Collection[int], block_length: int | None = None) -> DecodeResult:
+    """Cut every row of ``res`` after its first ``eos_id`` (kept; with several ids, the first of any), as
+    ``generate`` stops, and recount the row's forwards to those that committed tokens up to it (a separate drafter's
+    forwards in proportion to the blocks or cycles kept).
 
     Decoders run rows in lockstep, so a row that emitted EOS was carried along; its later commits are
     dropped here. Tokens are final in order of position for AR and speculative decoders
@@ -75,10 +76,12 @@ def stop_at_eos(res: DecodeResult, eos_id: int, block_length: int | None = None)
     out = DecodeResult(tokens=[], forwards=[], extra_forwards=[], committed_per_step=[], step_tokens=[],
                        wall_time=res.wall_time, model_calls=res.model_calls, sampler_seconds=res.sampler_seconds,
                        sampler_calls=res.sampler_calls)
+    stops = {int(eos_id)} if isinstance(eos_id, int) else {int(i) for i in eos_id}
     for r, toks in enumerate(res.tokens):
         per_step = res.committed_per_step[r] if res.committed_per_step else []
         steps = res.step_tokens[r] if res.step_tokens else []
-        if eos_id not in toks or not per_step:
+        first = next((i for i, t in enumerate(toks) if t in stops), None)
+        if first is None or not per_step:
             out.tokens.append(list(toks))
             out.forwards.append(res.forwards[r])
             out.extra_forwards.append(res.extra_forwards[r])
@@ -87,7 +90,7 @@ def stop_at_eos(res: DecodeResult, eos_id: int, block_length: int | None = None)
             if res.drafter_forwards:
                 out.drafter_forwards.append(res.drafter_forwards[r])
             continue
-        end = toks.index(eos_id) + 1                      # tokens kept
+        end = first + 1                                    # tokens kept
         need = end if block_length is None else -(-end // block_length) * block_length
         total, kept = 0, 0
         while kept < len(per_step) and total < need:

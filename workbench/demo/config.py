@@ -3,6 +3,7 @@ validate the same objects."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from ..model.loading import ModelLoading
 
@@ -124,6 +125,17 @@ class DemoConfig(ModelLoading):
     """Confidence / sampler thresholds of the leaderboard stage."""
     leaderboard_precision: str = "fp32"
     """Precision of the leaderboard stage (fp32: lossless decoders are exact; see the leaderboard's docs)."""
+    task: str | None = None
+    """Also run the leaderboard's decoders on a task and put its accuracy-vs-TPF plot in the report: 'humaneval'
+    (the answers run as programs: needs --confirm_run_unsafe_code). Off by default."""
+    task_problems: str | None = "0:20"
+    """The task stage's problems (a slice such as '0:20', or task ids; null: all)."""
+    task_gen_len: int = 128
+    """Tokens per answer in the task stage (a multiple of every leaderboard block length)."""
+    confirm_run_unsafe_code: bool = False
+    """Allow the task stage's model-written code to run (a bare flag; see docs/guides/humaneval.md)."""
+
+    BARE_FLAGS: ClassVar[tuple[str, ...]] = ("confirm_run_unsafe_code",)
     heldout_windows: int = 128
     """Validation windows (256 tokens) for the held-out loss."""
     batch_size: int = 16
@@ -149,7 +161,8 @@ def check_stage_options(cfg: DemoConfig) -> None:
     (their own ``validate``) and the sampler's block length. Raises ``ValueError`` naming the stage."""
     stages = [("collection (--collect_*)", cfg.collect, lambda: collect_config(cfg, cfg.model, "unused")),
               ("SOL (--sol_*)", cfg.sol, lambda: sol_config(cfg, "unused")),
-              ("leaderboard (--leaderboard_*)", cfg.leaderboard, lambda: leaderboard_config(cfg, cfg.model, "unused"))]
+              ("leaderboard (--leaderboard_*)", cfg.leaderboard, lambda: leaderboard_config(cfg, cfg.model, "unused")),
+              ("task (--task*)", bool(cfg.task), lambda: task_config(cfg, cfg.model, "unused"))]
     for name, enabled, make in stages:
         if enabled:
             try:
@@ -222,3 +235,14 @@ def leaderboard_config(cfg: DemoConfig, model_spec, out_dir: str, sampler: str |
                              skip_missing=True, precision=cfg.leaderboard_precision, batch_size=cfg.batch_size,
                              device=cfg.device, out_dir=out_dir, progress_bar=cfg.progress_bar,
                              results_table=cfg.results_table)
+
+
+def task_config(cfg: DemoConfig, model_spec, out_dir: str, sampler: str | None = None, drafter: str | None = None,
+                adapter: str | None = None):
+    """The task stage's :class:`~workbench.leaderboard.config.LeaderboardConfig`: the leaderboard stage's decoders and
+    settings on ``cfg.task``'s problems, free-running, without the SOL ceilings, writing ``out_dir``."""
+    from dataclasses import replace
+
+    return replace(leaderboard_config(cfg, model_spec, out_dir, sampler, drafter, adapter), task=cfg.task,
+                   problems=cfg.task_problems, gen_len=cfg.task_gen_len, modes=["free"], sol=False,
+                   confirm_run_unsafe_code=cfg.confirm_run_unsafe_code, results_table=None)

@@ -8,7 +8,7 @@ from ..evaluation.harness import MODE_NAMES
 from ..evaluation.report import fmt, markdown_table
 from ..tokenizer import is_byte_tokenizer
 from .config import HEADLINE, TARGETS
-from .stages import collection, deer, leaderboard, lora, sampler, sol
+from .stages import collection, deer, leaderboard, lora, sampler, sol, task
 
 
 def headline(summary: pd.DataFrame, block_length: int = HEADLINE["block_length"]) -> dict:
@@ -102,6 +102,8 @@ def report(cfg, metrics, meta, summary, cat_summary, df, prompts, tok, has_curve
              f"({', '.join(f'{k} {v:.0f} s' for k, v in metrics['timing_s'].items() if k != 'total')}).", ""]
     if metrics.get("leaderboard"):
         lines += leaderboard.section(metrics["leaderboard"])
+    if metrics.get("task"):
+        lines += task.section(metrics["task"])
     if metrics.get("context_warning"):
         lines += [f"**Warning:** {metrics['context_warning']}.", ""]
     lines += ["## Corpus", "",

@@ -31,7 +31,7 @@ from ..utils import staged_dir
 from .config import TARGETS, DemoConfig, check_stage_options, resolve_headline_block_length
 from .report import degeneration, headline, report
 from .retrain import retrain
-from .stages import collection, deer, leaderboard, lora, sampler, sol
+from .stages import collection, deer, leaderboard, lora, sampler, sol, task
 
 
 def run_demo(cfg: DemoConfig) -> Path:
@@ -115,12 +115,15 @@ def run_demo(cfg: DemoConfig) -> Path:
         board = timed("leaderboard", leaderboard.run, cfg, model_spec, model, tok, run, adapter,
                       sampler_st["samplers"]["attention"]["path"] if sampler_st else None,
                       deer_st["drafter"] if deer_st else None, decode_cache, sol_cache) if cfg.leaderboard else None
+        task_st = timed("task", task.run, cfg, model_spec, model, tok, run, adapter,
+                        sampler_st["samplers"]["attention"]["path"] if sampler_st else None,
+                        deer_st["drafter"] if deer_st else None) if cfg.task else None
         headline_numbers = headline(summary, cfg.headline_block_length)
         metrics = {"model": str(model_spec), "parameters": n_params, "heldout": held, "splits": split_stats,
                    "n_prompts": len(prompts), "context_warning": context_warning, "headline": headline_numbers,
                    "free_running": degeneration(summary, cfg.headline_block_length),
                    "targets": TARGETS, "collection": collection_st, "sampler": sampler_st, "sol": sol_st,
-                   "lora": lora_st, "deer": deer_st, "leaderboard": board,
+                   "lora": lora_st, "deer": deer_st, "leaderboard": board, "task": task_st,
                    "timing_s": {"corpus": t_corpus, "heldout": t_held, "evaluation": t_eval, **stage_s,
                                 "total": time.time() - t_start},
                    "device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,

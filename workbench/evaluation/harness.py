@@ -12,6 +12,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import ClassVar
 
 import pandas as pd
 from tqdm.auto import tqdm
@@ -75,9 +76,39 @@ class EvalConfig(ModelLoading):
     """Run directory for results.parquet, summary.json and config."""
     progress_bar: bool = True
     """Show a progress bar."""
+    task: str | None = None
+    """Score a task instead of continuing corpus prompts: 'humaneval' (pass@k on HumanEval, every run free-running;
+    the model's code runs, so it needs --confirm_run_unsafe_code). docs/guides/humaneval.md."""
+    problems: str | None = None
+    """The task's problems: a Python slice over the task order ('0:20', '100:110'; quote it in YAML) or task ids
+    ('HumanEval/0,HumanEval/5'); default: all."""
+    prompt_format: str = "auto"
+    """How the task is put to the model: 'chat' (its chat template; the code is taken from the answer), 'completion'
+    (the function prompt, cut at HumanEval's stop sequences) or 'auto' (chat where the tokenizer has a template)."""
+    n_samples: int = 1
+    """Samples per problem of the sampling runs (ar_sample); pass@k for every k ≤ n_samples. Greedy runs draw one."""
+    exec_timeout: float = 10.0
+    """Wall-time limit of each model-written program (seconds)."""
+    exec_workers: int = 0
+    """Programs run at a time (0: one per core)."""
+    confirm_run_unsafe_code: bool = False
+    """Allow the task's model-written code to run, each program in its own process with time, memory and CPU limits,
+    in a fresh temporary folder (a bare flag)."""
+
+    BARE_FLAGS: ClassVar[tuple[str, ...]] = ("confirm_run_unsafe_code",)
+
+    def __post_init__(self):
+        if self.task:                           # a task is decoded free-running (no real continuation to reset to)
+            self.modes = ["free"]
 
     def validate(self) -> None:
-        """Raise a one-line ``ValueError`` / ``DecodeError`` for an inconsistent sweep."""
+        """Raise a one-line ``ValueError`` / ``DecodeError`` for an inconsistent sweep; with ``--task``, also for a bad
+        task option, or (:class:`~workbench.tasks.execution.UnsafeCodeError`) a run without
+        ``--confirm_run_unsafe_code``."""
+        if self.task:
+            from ..tasks.run import options_of
+
+            options_of(self).validate("workbench evaluate")
         if not self.modes:
             raise ValueError(f"--modes is empty; give one or both of {', '.join(MODES)}")
         for m in self.modes:
@@ -319,6 +350,10 @@ def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFr
     to ``cfg.out_dir``. Returns (per-prompt rows, summary, run dir)."""
     from ..utils import check_out_dir, staged_dir
 
+    if cfg.task:
+        from .task import run_task_evaluate
+
+        return run_task_evaluate(cfg, model, tokenizer)
     cfg.validate()
     check_out_dir(cfg.out_dir, "evaluate")     # before minutes of decoding, without creating anything
     meta = None                                 # a model passed in has no workbench.json to check against
@@ -350,5 +385,5 @@ def main(argv: list[str]) -> int:
     cfg = parse_dataclass("workbench evaluate", EvalConfig, argv)
     _, summary, out = run_evaluate(cfg)
     print(summary.to_string(index=False))
-    print(f"results: {out / 'results.parquet'}")
+    print(f"results: {out / 'results.parquet'}" + (f"; samples: {out / 'samples.jsonl'}" if cfg.task else ""))
     return 0

@@ -15,15 +15,18 @@ from ..evaluation.report import markdown_table  # noqa: E402
 COLUMNS = ["decoder", "mode", "block_length", "threshold", "tpf", "tpf_real", "cost_tpf", "tau", "tokens_per_s",
            "speedup", "agree_ar", "prefix_ar", "exact_ar", "lossless", "agree_serial", "introspective_acceptance",
            "repetition", "ws_share",
-           "ceiling", "ceiling_tpf", "distance"]
+           "ceiling", "ceiling_tpf", "distance", "pass@1", "aup"]
 
 
 def leaderboard_markdown(df: pd.DataFrame, ceilings: pd.DataFrame, cfg, n_prompts: int) -> str:
     """``leaderboard.md``: the ceilings, then the table per mode, then rows that did not run."""
     ok = df[df["status"] == "ok"] if "status" in df else df
+    source = (f"{n_prompts} {cfg.task} problems ({cfg.problems or 'all'}; up to {cfg.gen_len} tokens each, cut at "
+              "the answer's end; pass@1 = share of problems whose program passes its tests; aup = accuracy under "
+              "parallelism, d3LLM)" if getattr(cfg, "task", None) else
+              f"{n_prompts} held-out prompts from `{cfg.corpus}` ({cfg.split} split), {cfg.gen_len} tokens each")
     lines = ["# Leaderboard", "",
-             f"Model `{cfg.model}`, {n_prompts} held-out prompts from `{cfg.corpus}` ({cfg.split} split), "
-             f"{cfg.gen_len} tokens each, precision {cfg.precision}, batch {cfg.batch_size}. Real-context rows reset "
+             f"Model `{cfg.model}`, {source}, precision {cfg.precision}, batch {cfg.batch_size}. Real-context rows reset "
              "to the real text every B tokens; free-running rows stop at the tokenizer's end-of-sequence token. "
              "tpf = tokens per target forward; cost_tpf = tokens per one-token-forward of FLOPs (AR = 1); "
              "tau = tokens per draft–verify cycle, bonus token counted; speedup = tokens/s over AR greedy measured "
@@ -38,6 +41,8 @@ def leaderboard_markdown(df: pd.DataFrame, ceilings: pd.DataFrame, cfg, n_prompt
         part = ok[ok["mode"] == mode]
         if len(part):
             cols = [c for c in COLUMNS if c in part and part[c].notna().any()]
+            cols += sorted((c for c in part if c.startswith("pass@") and c not in cols and part[c].notna().any()),
+                           key=lambda c: int(c.split("@")[1]))            # pass@k of the sampling decoders
             lines += [f"## {'Real-context' if mode == 'real' else 'Free-running'}", "",
                       markdown_table(part.sort_values(["decoder", "block_length", "threshold"]), cols), ""]
     bad = df[df["status"] != "ok"] if "status" in df else df.iloc[:0]

@@ -29,6 +29,7 @@ from ..utils import check_out_dir, staged_dir, writes_out_dir
 from .columns import row_columns
 from .config import LeaderboardConfig
 from ..model.families.spec import FamilyError
+from ..tasks.run import TaskPrompts, decode_task, options_of
 from .rows import REFERENCES, Setting, grid
 
 
@@ -105,7 +106,9 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
             s.check_model(model)
         except DecodeError as e:
             unavailable[s.name] = str(e)
-    check_sweep_fits(model, cfg.block_lengths, cfg.prompt_len, cfg.gen_len, meta)
+    task = options_of(cfg)
+    tp = TaskPrompts.build(task, tokenizer) if task else None
+    check_sweep_fits(model, cfg.block_lengths, tp.longest if tp else cfg.prompt_len, cfg.gen_len, meta)
     artefacts, missing = _artefacts(cfg, [s for s in specs if s.name not in unavailable], model, tokenizer)
     adapter_model = None
     if cfg.adapter:
@@ -113,10 +116,15 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
 
         adapter_model = load_adapter(load_model(cfg.model, model.device, cfg.add_mask_token)[0], cfg.adapter).eval()
         cast_for_precision(adapter_model, cfg.precision)
-    prompts = make_prompts(by_split(load_corpus(cfg.corpus), cfg.split), cfg.n_prompts, cfg.prompt_len,
-                           cfg.gen_len, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    eos = tokenizer.eos_token_id
+    if tp is not None:                            # the task's problems, cut at its stop tokens
+        from ..evaluation.task import task_as_prompts
+
+        prompts, eos = task_as_prompts(tp, cfg.gen_len, pad), tp.stop_ids
+    else:
+        prompts = make_prompts(by_split(load_corpus(cfg.corpus), cfg.split), cfg.n_prompts, cfg.prompt_len,
+                               cfg.gen_len, tokenizer)
+        eos = tokenizer.eos_token_id
     ws = whitespace_ids(tokenizer, model.vocab_size)
     target_params = sum(p.numel() for p in model.backbone.parameters())
     # each decoder's drafter (DEER's, SimSD's) as a share of the target's parameters; 0 without one
@@ -147,6 +155,9 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
 
     def decode(st: Setting):
         kw, knob = options(st)
+        if tp is not None:                        # a task: stops at its stop tokens (AR ends the batch there)
+            return decode_task(adapter_model if st.adapter else model, st.decoder, tp, cfg.gen_len, cfg.batch_size,
+                               pad, **kw)
         key = (st.mode, st.decoder, st.length, knob, same)
         cacheable = st.decoder not in artefacts and not st.adapter
         if cacheable and key in cache:
@@ -157,7 +168,12 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
             cache[key] = res
         return res
 
-    if settings and (settings[0].mode, settings[0].decoder, settings[0].length, None, same) not in cache:
+    if settings and tp is not None:               # a task's warm-up, not timed: one batch, a few blocks
+        first = settings[0]
+        decode_task(adapter_model if first.adapter else model, first.decoder, TaskPrompts(
+            tp.problems[:cfg.batch_size], tp.fmt, tp.ids[:cfg.batch_size], tp.stop_ids),
+            math.lcm(*cfg.block_lengths), cfg.batch_size, pad, **options(first)[0])
+    elif settings and (settings[0].mode, settings[0].decoder, settings[0].length, None, same) not in cache:
         first = settings[0]                                                           # warm-up, not timed
         decode_prompts(adapter_model if first.adapter else model, first.decoder, prompts[:cfg.batch_size], first.mode,
                        cfg.batch_size, pad, **options(first)[0])
@@ -194,6 +210,12 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
                      "claims_lossless": spec.lossless, "status": why})
     df = pd.DataFrame(rows)
     df = _speedup(df)
+    records = []
+    if tp is not None:
+        from .task import redecoder, score_rows
+
+        df, records = score_rows(df, results, task, tp, tokenizer, redecoder(model, adapter_model, tp, cfg, pad, options),
+                                 cfg.progress_bar)
     ceilings = pd.DataFrame()
     if cfg.sol and "free" in cfg.modes and model.has_mask_token:
         ar_free = next((full for st, (_, full) in results.items() if st.decoder == "ar_greedy" and st.mode == "free"),
@@ -208,6 +230,13 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
         ceilings.to_parquet(out / "ceilings.parquet", index=False)
         (out / "leaderboard.md").write_text(leaderboard_markdown(df, ceilings, cfg, len(prompts)))
         plot_leaderboard(df, ceilings, out / "leaderboard.png")
+        if tp is not None:
+            from ..tasks.report import plot_accuracy_vs_tpf
+            from ..tasks.run import write_samples
+
+            write_samples(out / "samples.jsonl", records)
+            plot_accuracy_vs_tpf(df[(df["status"] == "ok") & (df["mode"] == "free")], out / "pass_at_1.png",
+                                 f"{cfg.model}: {task.task}, {len(tp.problems)} problems ({tp.fmt} format)")
         (out / "config.json").write_text(json.dumps({**asdict(cfg), "wall_s": wall, "n_prompts_used": len(prompts)},
                                                     indent=2) + "\n")
     if cfg.results_table:
@@ -310,6 +339,6 @@ def main(argv: list[str]) -> int:
     df, out = run_leaderboard(cfg)
     ok = df[df["status"] == "ok"]
     print(ok[["decoder", "mode", "block_length", "threshold", "tpf", "cost_tpf", "tau", "agree_ar", "lossless",
-              "speedup"]].to_string(index=False))
+              "speedup", *[c for c in ("pass@1", "aup") if c in ok]]].to_string(index=False))
     print(f"leaderboard: {out / 'leaderboard.md'}")
     return 0

