@@ -41,7 +41,7 @@ def _serial(model, prompts, gen_len, block_length: int, **kw) -> DecodeResult:
 DIFFUSION_OPTIONS = ("block_length", "real_continuation", "use_cache", "pad_id", "precision", "on_step",
                      "commit_last_block")
 #: Options of :func:`ar_decode` (``threshold``: a knob of the block decoders, accepted and unused).
-AR_OPTIONS = ("threshold", "use_cache", "real_continuation", "block_length", "pad_id", "precision")
+AR_OPTIONS = ("threshold", "use_cache", "real_continuation", "block_length", "pad_id", "precision", "stop_ids")
 
 register_decoder(DecoderSpec("ar_greedy", _ar_greedy, family="ar", lossless=True, options=AR_OPTIONS,
                              reference="Nemotron-Labs-Diffusion (arXiv:2607.05722) §3.1: AR greedy decoding, the "
