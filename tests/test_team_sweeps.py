@@ -116,7 +116,7 @@ def test_the_dashboard_serves_a_finished_study_and_its_trials(cli, tmp_path, sma
     from workbench.tune.team import serve_dashboard
 
     out = tmp_path / "sw"
-    p = cli(*tiny_sweep(small_corpus, out, 3, "--dashboard", "true", "--dashboard_port", "0"))
+    p = cli(*tiny_sweep(small_corpus, out, 3, "--dashboard", "0"))
     assert p.returncode == 0 and p.stderr == "", p.stderr
     assert "dashboard at http://127.0.0.1:" in p.stdout                    # served while the workers ran
     storage = f"sqlite:///{out / 'optuna.db'}"
@@ -137,12 +137,12 @@ def test_the_dashboard_serves_a_finished_study_and_its_trials(cli, tmp_path, sma
 
 
 def test_dashboard_options_are_checked_before_anything_is_written(cli, tmp_path, monkeypatch):
-    line = _one_line(cli("sweep", "--dashboard_port", "70000", "--out_dir", tmp_path / "sw"), 2)
-    assert "--dashboard_port must lie in 0…65535" in line
+    line = _one_line(cli("sweep", "--dashboard", "70000", "--out_dir", tmp_path / "sw"), 2)
+    assert "--dashboard takes a port in 0…65535" in line
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "optuna_dashboard"
                         else real(name, *a))
-    line = _one_line(cli("sweep", "--dashboard", "true", "--out_dir", tmp_path / "sw"), 2)
+    line = _one_line(cli("sweep", "--dashboard", "8080", "--out_dir", tmp_path / "sw"), 2)
     assert "pip install 'workbench[dashboard]'" in line and not (tmp_path / "sw").exists()

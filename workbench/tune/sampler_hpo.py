@@ -109,7 +109,7 @@ def run_sampler_hpo(cfg: SamplerHPOConfig) -> dict:
         t0 = time.time()
         try:
             if _finished(study) < cfg.n_trials:
-                with watch_study(cfg.study, cfg.storage, out, cfg.dashboard, cfg.dashboard_port):
+                with watch_study(cfg.study, cfg.storage, out, cfg.dashboard):
                     run_workers(partial(_hpo_worker, asdict(cfg)), cfg.n_workers, study)
         except Interrupted as e:
             raise Interrupted(e.signum, f"interrupted after {_finished(study)} finished trials; rerun the same "

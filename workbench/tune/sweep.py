@@ -230,7 +230,7 @@ def run_sweep(cfg: SweepConfig) -> dict:
             t0 = time.time()
             try:
                 if before < cfg.n_trials:
-                    with watch_study(cfg.study, cfg.storage, out, cfg.dashboard, cfg.dashboard_port):
+                    with watch_study(cfg.study, cfg.storage, out, cfg.dashboard):
                         run_workers(partial(_sweep_worker, asdict(cfg)), cfg.n_workers, study)
             except Interrupted as e:
                 export_study(study, out, cfg.accuracy)

@@ -29,24 +29,22 @@ class TeamOptions:
     reconnect_s: int = 60
     """Seconds a worker waits for a lost database server (PostgreSQL, MySQL) before it gives up with exit status 1;
     the study stays intact in the database for a rerun."""
-    dashboard: bool = False
-    """Serve optuna-dashboard on http://127.0.0.1:<dashboard_port>/dashboard while the sweep runs (pip install
-    'workbench[dashboard]')."""
-    dashboard_port: int = 8080
-    """Port of --dashboard (on the loopback interface only; 0: a free port)."""
+    dashboard: int | None = None
+    """Serve optuna-dashboard at http://127.0.0.1:<this port>/dashboard while the sweep runs (0: a free port; pip
+    install 'workbench[dashboard]'). None: only print the optuna-dashboard command that serves the study."""
 
     def validate_team(self) -> None:
         """Raise ``ValueError`` (one line) for a bad option, or ``--dashboard`` without optuna-dashboard."""
         if self.reconnect_s < 0:
             raise ValueError(f"--reconnect_s must be ≥ 0, got {self.reconnect_s}")
-        if not 0 <= self.dashboard_port <= 65535:
-            raise ValueError(f"--dashboard_port must lie in 0…65535, got {self.dashboard_port}")
-        if self.dashboard:
+        if self.dashboard is not None:
+            if not 0 <= self.dashboard <= 65535:
+                raise ValueError(f"--dashboard takes a port in 0…65535 (0: a free one), got {self.dashboard}")
             require_dashboard()
 
 
 #: Settings of :class:`TeamOptions` a rerun may change (none changes what a trial measures).
-TEAM_MAY_CHANGE = ("reconnect_s", "dashboard", "dashboard_port")
+TEAM_MAY_CHANGE = ("reconnect_s", "dashboard")
 
 
 def require_dashboard() -> None:
@@ -102,7 +100,7 @@ def serve_dashboard(storage, port: int = 8080, host: str = "127.0.0.1") -> Itera
     try:
         httpd = make_server(host, port, wsgi(storage), server_class=_Server, handler_class=_QuietHandler)
     except OSError as e:
-        raise ValueError(f"--dashboard_port {port}: cannot listen on {host}:{port} ({e.strerror}); give another "
+        raise ValueError(f"--dashboard {port}: cannot listen on {host}:{port} ({e.strerror}); give another "
                          "port, or 0 for a free one") from None
     thread = threading.Thread(target=httpd.serve_forever, name="optuna-dashboard", daemon=True)
     thread.start()
@@ -115,17 +113,17 @@ def serve_dashboard(storage, port: int = 8080, host: str = "127.0.0.1") -> Itera
 
 
 @contextmanager
-def watch_study(name: str, storage: str | None, out_dir, dashboard: bool = False, port: int = 8080) -> Iterator[None]:
+def watch_study(name: str, storage: str | None, out_dir, port: int | None = None) -> Iterator[None]:
     """What every sweep does around its workers: print the ``optuna-dashboard`` line of study ``name`` (``storage``
-    as the sweep's ``--storage``: None is ``out_dir/optuna.db``) and, with ``dashboard``, serve the dashboard on
-    ``127.0.0.1:port`` for the block."""
+    as the sweep's ``--storage``: None is ``out_dir/optuna.db``) and, with a ``port``, serve the dashboard on
+    ``127.0.0.1:port`` for the block (0: a free port)."""
     from pathlib import Path
 
     from .storage import make_storage
 
     url = storage or f"sqlite:///{(Path(out_dir) / 'optuna.db').resolve()}"
     print(dashboard_line(name, url), flush=True)
-    if not dashboard:
+    if port is None:
         yield
         return
     with serve_dashboard(make_storage(storage, Path(out_dir)), port) as address:
