@@ -146,3 +146,37 @@ def test_dashboard_options_are_checked_before_anything_is_written(cli, tmp_path,
                         else real(name, *a))
     line = _one_line(cli("sweep", "--dashboard", "8080", "--out_dir", tmp_path / "sw"), 2)
     assert "pip install 'workbench[dashboard]'" in line and not (tmp_path / "sw").exists()
+
+
+@pytest.mark.slow
+def test_the_dashboard_page_shows_the_study_in_headless_chromium(cli, tmp_path, small_corpus):
+    """The dashboard's page of a finished study, rendered by headless Chromium (Debian's ``chromium``), names the
+    study; a screenshot of it is written (``WORKBENCH_DASHBOARD_SHOT=<path>`` keeps a copy, as the one in
+    docs/guides/team-sweeps-dashboard.png)."""
+    import os
+    import shutil
+    import subprocess
+
+    pytest.importorskip("optuna_dashboard", reason="pip install 'workbench[dashboard]'")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no headless Chromium here (apt-get install chromium)")
+    from workbench.tune.team import serve_dashboard
+
+    out = tmp_path / "sw"
+    p = cli(*tiny_sweep(small_corpus, out, 12, "--study", "team-sweep-shot", "--block_lengths", "[4,8]",
+                        "--tune_block_length", "true", "--threshold_low", "0.05"))
+    assert p.returncode == 0, p.stderr
+    browser = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+               "--virtual-time-budget=20000"]
+    with serve_dashboard(f"sqlite:///{out / 'optuna.db'}", port=0) as address:
+        page = f"{address}/studies/1"
+        dom = subprocess.run([*browser, "--dump-dom", page], capture_output=True, text=True, timeout=180).stdout
+        shot = tmp_path / "dashboard.png"
+        subprocess.run([*browser, "--window-size=1400,1000", f"--screenshot={shot}", page], capture_output=True,
+                       timeout=180)
+    assert "team-sweep-shot" in dom and "agree_serial" in dom          # the study's name and objective, rendered
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000          # a page, not a blank image
+    if os.environ.get("WORKBENCH_DASHBOARD_SHOT"):
+        shutil.copy(shot, os.environ["WORKBENCH_DASHBOARD_SHOT"])

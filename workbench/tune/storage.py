@@ -93,7 +93,7 @@ class _ServerTolerantRDBStorage(optuna.storages.RDBStorage):
 
 
 #: Extras of ``pip install 'workbench[...]'`` that install a database driver, by SQLAlchemy dialect.
-DRIVER_EXTRAS = {"postgresql": "postgres", "mysql": "mysql"}
+DRIVER_EXTRAS = {"postgresql": "postgres"}
 
 
 def shown_url(url: str) -> str:
@@ -146,10 +146,11 @@ def _open_error(url: str, e: BaseException) -> str:
         dialect, password = u.get_backend_name(), u.password
     except Exception:  # noqa: BLE001 - not even a URL
         dialect, password = None, None
-    if missing is not None and dialect in DRIVER_EXTRAS:
+    if missing is not None and dialect not in (None, "sqlite"):
         name = getattr(missing, "name", None) or str(missing)
-        return (f"--storage {shown} needs a {dialect} database driver that is not installed ({name}): "
-                f"pip install 'workbench[{DRIVER_EXTRAS[dialect]}]'")
+        fix = (f"pip install 'workbench[{DRIVER_EXTRAS[dialect]}]'" if dialect in DRIVER_EXTRAS
+               else f"install the Python driver of the URL's dialect (pip install {name})")
+        return f"--storage {shown} needs a {dialect} database driver that is not installed ({name}): {fix}"
     reason = _reason(e)
     if password:
         reason = reason.replace(str(password), "***")
