@@ -112,23 +112,16 @@ def _reason(e: BaseException) -> str:
     statement), whitespace collapsed, else the error's text."""
     import sqlalchemy.exc as sa
 
-    inner = e
-    for _ in range(10):                          # the innermost SQLAlchemy error of the chain
+    text, inner = f"{type(e).__name__}: {e}", e
+    for _ in range(10):                          # the first database (DBAPI) error of the chain, if any
         if isinstance(inner, sa.DBAPIError) and inner.orig is not None:
             text = str(inner.orig)
             break
-        nxt = inner.__cause__ or inner.__context__
-        if nxt is None:
-            text = f"{type(e).__name__}: {e}"
+        inner = inner.__cause__ or inner.__context__
+        if inner is None:
             break
-        inner = nxt
-    else:
-        text = str(e)
-    text = text.split("(Background on this error at")[0]
-    text = " ".join(text.split())
-    for prefix in ("connection failed: ",):
-        text = text.removeprefix(prefix)
-    return text.replace("FATAL: ", "")
+    text = " ".join(text.split("(Background on this error at")[0].split())
+    return text.removeprefix("connection failed: ").replace("FATAL: ", "")
 
 
 def _open_error(url: str, e: BaseException) -> str:
@@ -152,7 +145,7 @@ def _open_error(url: str, e: BaseException) -> str:
                else f"install the Python driver of the URL's dialect (pip install {name})")
         return f"--storage {shown} needs a {dialect} database driver that is not installed ({name}): {fix}"
     reason = _reason(e)
-    if password:
+    if password and len(str(password)) >= 4:     # a driver that quoted the password back: hidden too
         reason = reason.replace(str(password), "***")
     if dialect in (None, "sqlite") or not connection_lost(e):
         return (f"--storage {shown} cannot be opened as an RDB URL ({reason}); give sqlite:///path.db, "

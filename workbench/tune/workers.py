@@ -135,8 +135,11 @@ def run_workers(work: Callable[[int, Callable[[], None]], None], n_workers: int,
 
         barrier.abort()
         if isinstance(e, StorageLost):      # the others lost the same server: each gives up by itself, in one line
+            import time
+
+            deadline = time.monotonic() + STORAGE_JOIN_S
             for p in procs:
-                p.join(STORAGE_JOIN_S)
+                p.join(max(0.0, deadline - time.monotonic()))
         for p in procs:                     # this worker failed (or was interrupted): stop the others too
             p.terminate()
         raise
