@@ -200,21 +200,21 @@ class Trackers:
 
     # --------------------------------------------------------------------------------------------- a run's life
     def start(self, trainer: pl.Trainer, config: dict) -> None:
-        """In the open run folder: add the MLflow and W&B loggers to ``trainer`` (their runs continue those of
-        ``trackers.json`` on a resume), and on global rank 0 open the tracker runs (an MLflow run of a resume is set
-        back to RUNNING), record their ids in ``trackers.json`` and log ``config`` as hyper-parameters to every
-        tracker."""
+        """In the open run folder, on global rank 0 (other ranks do nothing): add the MLflow and W&B loggers to
+        ``trainer`` (their runs continue those of ``trackers.json`` on a resume), open the tracker runs (an MLflow
+        run of a resume is set back to RUNNING), record their ids in ``trackers.json`` and log ``config`` as
+        hyper-parameters to every tracker."""
         from .atomic import write_json
         from .utils import is_rank_zero
 
+        if not is_rank_zero():                       # Lightning's loggers record on global rank 0 only; an MLflow
+            return                                   # client on every rank would race to create the store
         record = _read_record(self.out) if self.resuming else {}
         if "mlflow" in self.names:
             self.loggers.append(self._mlflow(self.cfg, record.get("mlflow", {})))
         if "wandb" in self.names:
             self.loggers.append(self._wandb(self.cfg, record.get("wandb", {})))
         trainer.loggers = list(self.loggers)
-        if not is_rank_zero():
-            return
         for lg in self.loggers:
             name = type(lg).__name__
             if name == "MLFlowLogger":
@@ -224,8 +224,8 @@ class Trackers:
                     client.update_run(lg.run_id, status="RUNNING")
             elif name == "WandbLogger":
                 _ = lg.experiment
-        if self.record:
-            write_json(self.out / RECORD, self.record, sort_keys=True)
+        if self.record:                              # a tracker this start does not use keeps its run for later
+            write_json(self.out / RECORD, {**record, **self.record}, sort_keys=True)
         for lg in self.loggers:
             lg.log_hyperparams(self._params_for(lg, config))
             lg.save()
