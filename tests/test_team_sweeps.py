@@ -54,6 +54,26 @@ def test_a_sweep_on_postgres_keeps_the_identity_it_keeps_on_sqlite(cli, pg_url, 
     assert len(optuna.load_study(study_name="threshold-sweep", storage=pg_url).trials) == 5
 
 
+def test_sweep_sampler_shares_a_study_on_postgres(cli, pg_url, tmp_path):
+    """``sweep sampler`` on the server: two invocations add up to one study of val_auc trials, labelled for the
+    dashboard; the best trial reported is the best over both."""
+    from test_sampler import make_store
+
+    store = make_store(tmp_path / "s.zarr")
+    args = ["sweep", "sampler", "--store", store, "--block_length", "8", "--widths", "[16]", "--depth_high", "1",
+            "--max_epochs", "1", "--val_every", "null", "--batch_size", "64", "--storage", pg_url]
+    for out, n, seed in (("a", 2, 0), ("b", 3, 1)):
+        p = cli(*args, "--out_dir", tmp_path / out, "--n_trials", n, "--seed", seed)
+        assert p.returncode == 0, p.stderr
+    study = optuna.load_study(study_name="sampler-hpo", storage=pg_url)
+    finished = [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE,
+                                                        optuna.trial.TrialState.PRUNED)]
+    assert len(finished) == len(study.trials) == 3
+    assert study.user_attrs["objectives"] == ["val_auc"] and study.user_attrs["block_length"] == 8
+    best = json.loads((tmp_path / "b" / "best_params.json").read_text())
+    assert best["val_auc"] == max(t.value for t in finished if t.state == optuna.trial.TrialState.COMPLETE)
+
+
 def test_a_wrong_password_or_database_is_one_line_without_the_password(cli, pg_server, tmp_path, small_corpus):
     for url, why in ((pg_server.url("postgres", password="not-the-password"), "password authentication failed"),
                      (pg_server.url("no_such_database"), 'database "no_such_database" does not exist')):
