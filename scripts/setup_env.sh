@@ -3,11 +3,16 @@
 #  * GPU machine whose python already has a CUDA torch: the venv reuses it (--system-site-packages),
 #    so the user's CUDA build is kept.
 #  * CPU machine: the CPU wheel torch==2.13.0 is installed first and pinned, so nothing pulls CUDA.
+#  * WORKBENCH_EXTRAS (default: dev) names the pip extras installed with the package: `make test` asks for
+#    dev,team (PostgreSQL server and driver, optuna-dashboard, MLflow, W&B: the team tools' tests), `make demo`
+#    for dev only. Each set of extras has its own stamp, so a venv made by `make demo` gets the team extras
+#    added by the first `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 VENV=.venv
-STAMP="$VENV/.workbench-installed"
+EXTRAS="${WORKBENCH_EXTRAS:-dev}"
+STAMP="$VENV/.workbench-installed-${EXTRAS//,/-}"
 if [[ -f "$STAMP" && "$STAMP" -nt pyproject.toml ]]; then exit 0; fi
 
 if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
@@ -25,7 +30,8 @@ else
 fi
 # Pin the installed torch so no dependency can upgrade it (and drag CUDA wheels in).
 CONSTRAINTS="$(mktemp)"; echo "$TORCH_PIN" > "$CONSTRAINTS"
-"$VENV/bin/pip" install -q -c "$CONSTRAINTS" -e ".[dev]"
+echo "[setup] installing workbench[$EXTRAS]"
+"$VENV/bin/pip" install -q -c "$CONSTRAINTS" -e ".[$EXTRAS]"
 rm -f "$CONSTRAINTS"
 touch "$STAMP"
 echo "[setup] environment ready in $VENV"

@@ -102,7 +102,7 @@ def test_a_schema_race_is_retried_a_bounded_number_of_times(tmp_path, monkeypatc
         except RuntimeError as e:                       # as Optuna wraps it
             raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from e
 
-    monkeypatch.setattr(optuna.storages, "RDBStorage", always_racing)
+    monkeypatch.setattr(storage, "_ServerTolerantRDBStorage", always_racing)
     monkeypatch.setattr(storage.time, "sleep", lambda s: None)
     with pytest.raises(ValueError, match="cannot be opened as an RDB URL .*StorageInternalError"):
         storage.make_storage(None, tmp_path)
@@ -110,8 +110,7 @@ def test_a_schema_race_is_retried_a_bounded_number_of_times(tmp_path, monkeypatc
 
 
 def test_a_storage_that_cannot_be_opened_is_not_retried(tmp_path, monkeypatch):
-    import optuna.storages
-
+    from workbench.tune import storage
     from workbench.tune.storage import make_storage
 
     calls = []
@@ -120,7 +119,7 @@ def test_a_storage_that_cannot_be_opened_is_not_retried(tmp_path, monkeypatch):
         calls.append(url)
         raise RuntimeError("no such host")
 
-    monkeypatch.setattr(optuna.storages, "RDBStorage", broken)
+    monkeypatch.setattr(storage, "_ServerTolerantRDBStorage", broken)
     with pytest.raises(ValueError, match="cannot be opened as an RDB URL .*no such host"):
         make_storage("postgresql://nowhere/db", tmp_path)
     assert len(calls) == 1

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
-from pytorch_lightning.loggers import CSVLogger
 
 from ..distributed import DeviceConfig, make_trainer, resume_point
+from ..trackers import TRACKER_SETTINGS, TrackerConfig, Trackers
 from ..atomic import write_json
 from ..resume import LogHistory, ResumeChanges, RngState, StopOnSignal, discard_stale_checkpoints
 from ..run_folder import check_run, open_run, training_run, update_record
@@ -36,9 +36,10 @@ from ..model.loading import ModelLoading
 
 
 @dataclass
-class DeerTrainConfig(DeviceConfig, ModelLoading):
+class DeerTrainConfig(DeviceConfig, ModelLoading, TrackerConfig):
     """One stage of DEER alignment (deer.txt §3.1): Stage I AR-style distillation or Stage II refinement.
-    Device fields: :class:`~workbench.distributed.DeviceConfig` (``batch_size`` is the global batch)."""
+    Device fields: :class:`~workbench.distributed.DeviceConfig` (``batch_size`` is the global batch); trackers:
+    :class:`~workbench.trackers.TrackerConfig`."""
 
     stage: int = 1
     """1: AR-style distillation (Eq. 1–2); 2: Scribe refinement (Eq. 3–4), starting from the stage-1 drafter."""
@@ -114,6 +115,7 @@ class DeerTrainConfig(DeviceConfig, ModelLoading):
     def validate(self) -> None:
         """Raise ``ValueError`` with a one-line reason for an inconsistent configuration."""
         self.validate_devices()
+        self.trackers()                             # an unknown or missing tracker, one line
         if self.stage not in SPANS:
             raise ValueError(f"unknown DEER stage {self.stage!r}; valid: {', '.join(map(str, SPANS))}")
         if self.stage == 2 and not self.drafter_init:
@@ -154,19 +156,21 @@ def train_deer(cfg: DeerTrainConfig) -> Path:
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=cfg.checkpoint_every,
                            save_top_k=0, save_on_train_epoch_end=False)
     stop = StopOnSignal(ckpt_dir / "last.ckpt")
+    trackers = Trackers(cfg, cfg.out_dir, "train deer", resuming=bool(cfg.resume) and (ckpt_dir / "last.ckpt").exists())
     # devices and the global-batch rule are checked before the run directory is written
     trainer, plan = make_trainer(cfg, cfg.batch_size, val_check_steps=min(cfg.val_every, cfg.max_steps),
                                  max_steps=cfg.max_steps, precision=cfg.precision, gradient_clip_val=cfg.grad_clip,
-                                 logger=CSVLogger(cfg.out_dir, name="logs", version=0),
-                                 callbacks=[ckpt, RngState(), stop, ResumeChanges(lr=cfg.lr)],
+                                 logger=trackers.loggers,
+                                 callbacks=[ckpt, RngState(), stop, ResumeChanges(lr=cfg.lr), *trackers.callbacks],
                                  enable_progress_bar=cfg.progress_bar, log_every_n_steps=10, max_time=cfg.max_time)
     last, resuming = resume_point(ckpt_dir, cfg.resume, plan)     # same accumulation, or a one-line refusal
     with open_run(**run_folder_args(cfg, target_spec)) as folder:  # the run record first, the folder locked
-        return _fit_and_save(cfg, folder, settings, target_spec, trainer, plan, stop, last if resuming else None)
+        return _fit_and_save(cfg, folder, settings, target_spec, trainer, plan, stop, last if resuming else None,
+                             trackers)
 
 
 def _fit_and_save(cfg: DeerTrainConfig, folder, settings: dict, target_spec: str, trainer, plan, stop,
-                  last: Path | None) -> Path:
+                  last: Path | None, trackers: Trackers) -> Path:
     """Train the drafter in the open run ``folder`` (resuming from ``last``) and save it (rank 0)."""
     out = write_run_config(folder.path, {**asdict(cfg), "target": target_spec})
     resuming = last is not None
@@ -195,9 +199,13 @@ def _fit_and_save(cfg: DeerTrainConfig, folder, settings: dict, target_spec: str
                              cfg.val_rows, cfg.seed, per_device_batch=plan.per_device, split_by=cfg.split_by)
     history = LogHistory(out / "logs" / "version_0" / "metrics.csv", last if resuming else None)
     history.before_fit()                        # one log across interruptions
+    trackers.start(trainer, {**asdict(cfg), "target": target_spec})
     t0 = time.time()
-    with stop.armed("training"):                  # Ctrl-C / SIGTERM: a checkpoint, one line, exit 130 / 143
-        trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
+    try:
+        with stop.armed("training"):              # Ctrl-C / SIGTERM: a checkpoint, one line, exit 130 / 143
+            trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
+    finally:
+        trackers.finish()
     wall = time.time() - t0
     if not trainer.is_global_zero:                # rank 0 writes the drafter, metrics and log
         return out / "drafter"
@@ -224,7 +232,7 @@ def _fit_and_save(cfg: DeerTrainConfig, folder, settings: dict, target_spec: str
 
 #: Settings of a ``train deer`` run that a resume may change (the others are refused by name): how it runs and
 #: how often it checkpoints.
-DEER_MAY_CHANGE = ("checkpoint_every",)
+DEER_MAY_CHANGE = ("checkpoint_every", *TRACKER_SETTINGS)
 #: Settings a resume applies to the rest of an unfinished run (:class:`~workbench.resume.ResumeChanges`).
 DEER_APPLIED = ("lr",)
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
-from pytorch_lightning.loggers import CSVLogger
 
 from ..distributed import DeviceConfig, make_trainer, resume_point
+from ..trackers import TRACKER_SETTINGS, TrackerConfig, Trackers
 from ..atomic import write_json
 from ..resume import (LastAfterValidation, LogHistory, ResumeChanges, RngState, StopOnSignal, check_trainable_state,
                       discard_stale_checkpoints, trainable_shapes)
@@ -41,9 +41,10 @@ NEW_LORA_FIELDS = ("rank", "lora_alpha", "lora_dropout", "target_modules")
 
 
 @dataclass
-class LoraTrainConfig(DeviceConfig, ModelLoading):
+class LoraTrainConfig(DeviceConfig, ModelLoading, TrackerConfig):
     """LoRA drafter training with the LK-hybrid + CE loss (NLD §3.3). Device fields:
-    :class:`~workbench.distributed.DeviceConfig` (``batch_size`` is the global batch)."""
+    :class:`~workbench.distributed.DeviceConfig` (``batch_size`` is the global batch); trackers:
+    :class:`~workbench.trackers.TrackerConfig`."""
 
     init_from: str = DEFAULT_BASE
     """Tri-mode checkpoint directory (or 'builtin:tiny') whose diffusion pathway gets the adapter."""
@@ -141,6 +142,7 @@ class LoraTrainConfig(DeviceConfig, ModelLoading):
     def validate(self) -> None:
         """Raise a one-line ``ValueError`` for an inconsistent configuration."""
         self.validate_devices()
+        self.trackers()                             # an unknown or missing tracker, one line
         check_loss_name(self.loss)
         if self.drafter_adapter not in DRAFTER_ADAPTERS:
             raise ValueError(f"unknown drafter_adapter {self.drafter_adapter!r}; valid: {', '.join(DRAFTER_ADAPTERS)}")
@@ -265,12 +267,13 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
     best = ModelCheckpoint(dirpath=ckpt_dir, filename="best-{step}", monitor=cfg.monitor, mode="max", save_top_k=1,
                            auto_insert_metric_name=False, save_on_train_epoch_end=False)
     stop = StopOnSignal(ckpt_dir / "last.ckpt")
+    trackers = Trackers(cfg, cfg.out_dir, "train lora", resuming=bool(cfg.resume) and (ckpt_dir / "last.ckpt").exists())
     # devices and the global-batch rule are checked before the run directory is written
     trainer, plan = make_trainer(cfg, cfg.batch_size, val_check_steps=min(cfg.val_every, cfg.max_steps),
                                  max_steps=cfg.max_steps, precision=cfg.precision, gradient_clip_val=cfg.grad_clip,
-                                 logger=CSVLogger(cfg.out_dir, name="logs", version=0),
+                                 logger=trackers.loggers,
                                  callbacks=[best, LastAfterValidation(ckpt_dir), RngState(), stop,
-                                            ResumeChanges(lr=cfg.lr)],
+                                            ResumeChanges(lr=cfg.lr), *trackers.callbacks],
                                  enable_progress_bar=cfg.progress_bar, log_every_n_steps=min(10, cfg.max_steps),
                                  max_time=cfg.max_time)
     last, resuming = resume_point(ckpt_dir, cfg.resume, plan)     # same accumulation, or a one-line refusal
@@ -278,11 +281,11 @@ def train_lora(cfg: LoraTrainConfig) -> Path:
         check_resume_adapter(last, kind, cfg, model)
     with open_run(**run_folder_args(cfg)) as folder:             # the run record first, the folder locked
         return _fit_and_save(cfg, folder, model, tok, meta, kind, trainer, plan, best, stop,
-                             last if resuming else None)
+                             last if resuming else None, trackers)
 
 
 def _fit_and_save(cfg: LoraTrainConfig, folder, model, tok, meta: dict, kind: str, trainer, plan, best, stop,
-                  last: Path | None) -> Path:
+                  last: Path | None, trackers: Trackers) -> Path:
     """Train the drafter LoRA in the open run ``folder`` (resuming from ``last``) and save the best adapter."""
     out = write_run_config(folder.path, asdict(cfg))
     resuming = last is not None
@@ -296,6 +299,17 @@ def _fit_and_save(cfg: LoraTrainConfig, folder, model, tok, meta: dict, kind: st
     model.train()                    # Llama has no dropout here; only LoRA dropout reacts to the mode
     module = LoraDrafterModule(model, cfg, pad_id=_pad_id(tok), adapter_kind=kind)
     warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
+    trackers.start(trainer, asdict(cfg))
+    try:
+        return _validate_fit_save(cfg, folder, out, model, meta, kind, trainer, best, stop, last, module, data)
+    finally:
+        trackers.finish()
+
+
+def _validate_fit_save(cfg: LoraTrainConfig, folder, out: Path, model, meta: dict, kind: str, trainer, best, stop,
+                       last: Path | None, module, data) -> Path:
+    """The baseline validation (a fresh run), the fit and the saved adapter of :func:`_fit_and_save`."""
+    resuming = last is not None
     if cfg.baseline and not resuming:
         with stop.armed("the baseline validation"):       # a signal: stop once the validation is done
             base_metrics = trainer.validate(module, datamodule=data, verbose=False)[0]
@@ -339,7 +353,7 @@ def _fit_and_save(cfg: LoraTrainConfig, folder, model, tok, meta: dict, kind: st
 
 #: Settings of a ``train lora`` run that a resume may change (the others are refused by name): how it runs, and
 #: whether a fresh run validates the adapter-free drafter first.
-LORA_MAY_CHANGE = ("baseline",)
+LORA_MAY_CHANGE = ("baseline", *TRACKER_SETTINGS)
 #: Settings a resume applies to the rest of an unfinished run (:class:`~workbench.resume.ResumeChanges`).
 LORA_APPLIED = ("lr",)
 

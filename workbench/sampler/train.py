@@ -20,9 +20,9 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
-from pytorch_lightning.loggers import CSVLogger
 
 from ..distributed import DeviceConfig, make_trainer
+from ..trackers import TRACKER_SETTINGS, TrackerConfig, Trackers
 from ..atomic import write_json
 from ..resume import LastCheckpoint, LogHistory, ResumeChanges, RngState, StopOnSignal, discard_stale_checkpoints
 from ..run_folder import check_run, open_run, read_record, training_run, update_record
@@ -34,9 +34,10 @@ from ..model.loading import ModelLoading
 
 
 @dataclass
-class SamplerTrainConfig(DeviceConfig, ModelLoading):
+class SamplerTrainConfig(DeviceConfig, ModelLoading, TrackerConfig):
     """Training of the confidence sampler on a trajectory store (NLD App. A). Device fields:
-    :class:`~workbench.distributed.DeviceConfig` (``batch_size`` is the global batch)."""
+    :class:`~workbench.distributed.DeviceConfig` (``batch_size`` is the global batch); trackers:
+    :class:`~workbench.trackers.TrackerConfig`."""
 
     store: str = "trajectories/tiny-serial.zarr"
     """Trajectory store (``workbench collect``)."""
@@ -110,6 +111,7 @@ class SamplerTrainConfig(DeviceConfig, ModelLoading):
     def validate(self) -> None:
         """Raise ``ValueError`` (one line) for an inconsistent configuration."""
         self.validate_devices()
+        self.trackers()                             # an unknown or missing tracker, one line
         if self.preset not in SAMPLER_PRESETS:
             raise ValueError(f"unknown sampler preset {self.preset!r}; valid: {', '.join(SAMPLER_PRESETS)}")
         if self.split_by not in SPLIT_BY:
@@ -169,20 +171,22 @@ def train_sampler(cfg: SamplerTrainConfig, callbacks: list | None = None) -> Pat
     last_ckpt = LastCheckpoint(ckpt_dir, every_n_train_steps=val_every)
     early = EarlyStopping(monitor="val/auc", mode="max", patience=cfg.patience, check_finite=False)
     stop = StopOnSignal(ckpt_dir / "last.ckpt")
+    trackers = Trackers(cfg, cfg.out_dir, "train sampler", resuming=bool(cfg.resume) and (ckpt_dir / "last.ckpt").exists())
     # devices and the global-batch rule are checked before the run directory is written
     trainer, plan = make_trainer(cfg, cfg.batch_size, val_check_steps=val_every, max_epochs=cfg.max_epochs,
-                                 max_steps=cfg.max_steps, precision=cfg.precision,
-                                 logger=CSVLogger(cfg.out_dir, name="logs", version=0),
+                                 max_steps=cfg.max_steps, precision=cfg.precision, logger=trackers.loggers,
                                  callbacks=[best, last_ckpt, early, RngState(), stop,
-                                            ResumeChanges(lr=cfg.lr, patience=cfg.patience), *(callbacks or [])],
+                                            ResumeChanges(lr=cfg.lr, patience=cfg.patience), *trackers.callbacks,
+                                            *(callbacks or [])],
                                  enable_progress_bar=cfg.progress_bar, log_every_n_steps=10,
                                  **({} if val_every else {"check_val_every_n_epoch": 1}))
     data.per_device_batch = plan.per_device
     with open_run(**run_folder_args(cfg)) as folder:             # the run record first, the folder locked
-        return _fit_and_export(cfg, folder, data, trainer, best, stop, steps_per_epoch)
+        return _fit_and_export(cfg, folder, data, trainer, best, stop, steps_per_epoch, trackers)
 
 
-def _fit_and_export(cfg: SamplerTrainConfig, folder, data, trainer, best, stop, steps_per_epoch: int) -> Path:
+def _fit_and_export(cfg: SamplerTrainConfig, folder, data, trainer, best, stop, steps_per_epoch: int,
+                    trackers: Trackers) -> Path:
     """Train in the open run ``folder`` (resuming from its ``last.ckpt``) and export the best sampler (rank 0)."""
     out = write_run_config(folder.path, asdict(cfg))
     ckpt_dir = out / "checkpoints"
@@ -198,9 +202,13 @@ def _fit_and_export(cfg: SamplerTrainConfig, folder, data, trainer, best, stop, 
         discard_stale_checkpoints(ckpt_dir)
     history = LogHistory(out / "logs" / "version_0" / "metrics.csv", last if resuming else None)
     history.before_fit()                        # one log across interruptions (CSVLogger deletes metrics.csv)
+    trackers.start(trainer, asdict(cfg))
     t0 = time.time()
-    with stop.armed("training"):                  # Ctrl-C / SIGTERM: a checkpoint, one line, exit 130 / 143
-        trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
+    try:
+        with stop.armed("training"):              # Ctrl-C / SIGTERM: a checkpoint, one line, exit 130 / 143
+            trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
+    finally:
+        trackers.finish()
     wall = time.time() - t0
     if not trainer.is_global_zero:                # rank 0 writes the sampler, metrics and log
         return out / "sampler"
@@ -244,7 +252,7 @@ SAMPLER_APPLIED = ("lr", "patience")
 
 def run_folder_args(cfg: SamplerTrainConfig) -> dict:
     """The keyword arguments of :func:`~workbench.run_folder.check_run` / ``open_run`` for ``cfg``'s run folder."""
-    return training_run(cfg, "train sampler", applied=SAMPLER_APPLIED)
+    return training_run(cfg, "train sampler", may_change=TRACKER_SETTINGS, applied=SAMPLER_APPLIED)
 
 
 def main(argv: list[str]) -> int:

@@ -15,10 +15,10 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.accelerators import CPUAccelerator
 from pytorch_lightning.callbacks import ModelCheckpoint
-from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
 from ..data import LMDataModule
 from ..distributed import BatchPlan, DeviceConfig, batch_plan, check_accelerator, make_trainer, resume_point
+from ..trackers import TRACKER_SETTINGS, TrackerConfig, Trackers
 from ..evaluation.metrics import whitespace_ids
 from ..model.io import save_checkpoint
 from ..model.load import load_model
@@ -45,10 +45,15 @@ OBJECTIVES = ("nld", "idlm")
 
 
 @dataclass
-class LMTrainConfig(DeviceConfig, ModelLoading):
+class LMTrainConfig(DeviceConfig, ModelLoading, TrackerConfig):
     """Configuration of a tri-mode LM training run (every field settable from YAML or the command line).
     The device fields (``accelerator``, ``devices``, ``num_nodes``, ``strategy``, ``micro_batch_size``) come
-    from :class:`~workbench.distributed.DeviceConfig`; ``batch_size`` is the global batch."""
+    from :class:`~workbench.distributed.DeviceConfig`, the trackers (``logger``, ``mlflow_uri``, ``wandb_project``)
+    from :class:`~workbench.trackers.TrackerConfig`; ``batch_size`` is the global batch."""
+
+    logger: str | list[str] = "csv,tensorboard"
+    """Experiment trackers: csv (always on), tensorboard, mlflow, wandb; a list or comma-separated
+    (--logger csv,tensorboard,mlflow). A missing package is named with the pip extra that installs it."""
 
     preset: str = "tiny"
     """Model preset (micro, tiny, small) used when ``init_from`` is not given."""
@@ -163,6 +168,7 @@ class LMTrainConfig(DeviceConfig, ModelLoading):
     def validate(self) -> None:
         """Raise ``ValueError`` with a one-line reason for an inconsistent configuration."""
         self.validate_devices()
+        self.trackers()                             # an unknown or missing tracker, one line
         check_attention_path(self.attention)
         if self.init_from is None and self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; valid: {', '.join(PRESETS)}")
@@ -516,7 +522,7 @@ def unlikelihood_step(model: TriModeLM, batch: torch.Tensor, cfg: LMTrainConfig,
 
 #: Settings of a ``train lm`` run that a resume may change (the others are refused by name,
 #: :mod:`workbench.run_folder`): how it runs, when it stops, validates and checkpoints.
-LM_MAY_CHANGE = ("stop_at_step", "val_every", "checkpoint_every", "attention")
+LM_MAY_CHANGE = ("stop_at_step", "val_every", "checkpoint_every", "attention", *TRACKER_SETTINGS)
 #: Settings a resume applies to the rest of the run (:class:`~workbench.resume.ResumeChanges`).
 LM_APPLIED = ("lr",)
 #: What a run folder written before ``noise_per`` existed drew: one noise level per block.
@@ -594,12 +600,13 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=cfg.checkpoint_every,
                            save_top_k=0, save_on_train_epoch_end=False)
     stop = StopOnSignal(ckpt_dir / "last.ckpt")
+    trackers = Trackers(cfg, out, "train lm", resuming=bool(cfg.resume) and (ckpt_dir / "last.ckpt").exists())
     # the trainer (devices, global-batch rule) is checked before the run directory is written
     trainer, plan = make_trainer(
         cfg, cfg.batch_size, max_steps=cfg.stop_at_step or cfg.max_steps, precision=cfg.precision,
-        gradient_clip_val=cfg.grad_clip, val_check_steps=cfg.val_every,
-        logger=[CSVLogger(out, name="logs", version=0), TensorBoardLogger(out, name="tb", version=0)],
-        callbacks=[ckpt, RngState(), stop, ResumeChanges(lr=cfg.lr)], enable_progress_bar=cfg.progress_bar,
+        gradient_clip_val=cfg.grad_clip, val_check_steps=cfg.val_every, logger=trackers.loggers,
+        callbacks=[ckpt, RngState(), stop, ResumeChanges(lr=cfg.lr), *trackers.callbacks],
+        enable_progress_bar=cfg.progress_bar,
         log_every_n_steps=cfg.log_every_n_steps, max_time=cfg.max_time)
     if cfg.attention == "flex" and isinstance(trainer.accelerator, CPUAccelerator):
         raise ValueError("the flex attention path trains on GPUs only (PyTorch has no FlexAttention backward on "
@@ -613,10 +620,11 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     if resuming and model.gated:        # the module holds the model as .model
         check_resume_state(last, trainable_shapes(model, "model."))
     with open_run(**run_folder_args(cfg)) as folder:             # the run record first, the folder locked
-        return _fit_and_save(cfg, folder, model, tok, trainer, plan, data, last if resuming else None, stop)
+        return _fit_and_save(cfg, folder, model, tok, trainer, plan, data, last if resuming else None, stop, trackers)
 
 
-def _fit_and_save(cfg: LMTrainConfig, folder, model, tok, trainer, plan, data, last: Path | None, stop) -> Path:
+def _fit_and_save(cfg: LMTrainConfig, folder, model, tok, trainer, plan, data, last: Path | None, stop,
+                  trackers: Trackers) -> Path:
     """Train in the open run ``folder`` (resuming from ``last``) and save the model, metrics and log (rank 0)."""
     out = write_run_config(folder.path, asdict(cfg))
     resuming = last is not None
@@ -627,9 +635,13 @@ def _fit_and_save(cfg: LMTrainConfig, folder, model, tok, trainer, plan, data, l
     log_csv = out / "logs" / "version_0" / "metrics.csv"
     history = LogHistory(log_csv, last if resuming else None)      # the log survives any number of interruptions
     history.before_fit()
+    trackers.start(trainer, asdict(cfg))
     t0 = time.time()
-    with stop.armed("training"):                  # Ctrl-C / SIGTERM: a checkpoint, one line, exit 130 / 143
-        trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
+    try:
+        with stop.armed("training"):              # Ctrl-C / SIGTERM: a checkpoint, one line, exit 130 / 143
+            trainer.fit(module, datamodule=data, ckpt_path=str(last) if resuming else None)
+    finally:
+        trackers.finish()
     wall = time.time() - t0
     if not trainer.is_global_zero:                # rank 0 writes the model, metrics and log
         return out / "model"

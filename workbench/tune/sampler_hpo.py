@@ -18,7 +18,8 @@ import optuna
 import pytorch_lightning as pl
 
 from ..atomic import write_bytes, write_json
-from .storage import check_existing_study, check_study_identity, make_storage, mark_worker, open_study
+from .storage import StorageLost, check_existing_study, check_study_identity, make_storage, mark_worker, open_study
+from .team import TEAM_MAY_CHANGE, TeamOptions, label_study, watch_study
 from .workers import optimize_until, run_workers, worker_seed
 from ..model.loading import ModelLoading
 
@@ -40,8 +41,9 @@ class PruningCallback(pl.Callback):
 
 
 @dataclass
-class SamplerHPOConfig(ModelLoading):
-    """Optuna study over sampler training hyper-parameters (maximise validation AUC)."""
+class SamplerHPOConfig(TeamOptions, ModelLoading):
+    """Optuna study over sampler training hyper-parameters (maximise validation AUC). The shared-study options (a
+    lost database server, the dashboard) come from :class:`~workbench.tune.team.TeamOptions`."""
 
     store: str = "trajectories/tiny-serial.zarr"
     """Trajectory store to train on."""
@@ -91,6 +93,7 @@ def run_sampler_hpo(cfg: SamplerHPOConfig) -> dict:
 
     if cfg.n_workers < 1:
         raise ValueError(f"--n_workers must be ≥ 1, got {cfg.n_workers}")
+    cfg.validate_team()
     if not cfg.widths or min(cfg.widths) < 1:
         raise ValueError(f"--widths must be a non-empty list of positive widths, got {cfg.widths}")
     folder_args = dict(path=cfg.out_dir, kind="sweep sampler", settings=run_settings(cfg), may_change=HPO_MAY_CHANGE,
@@ -105,10 +108,12 @@ def run_sampler_hpo(cfg: SamplerHPOConfig) -> dict:
         write_json(out / "config.json", asdict(cfg))
         study = _open(cfg, 0)
         check_study_identity(study, ident)
+        label_study(study, ["val_auc"], decoder="sampler", block_length=cfg.block_length, store=cfg.store)
         t0 = time.time()
         try:
             if _finished(study) < cfg.n_trials:
-                run_workers(partial(_hpo_worker, asdict(cfg)), cfg.n_workers, study)
+                with watch_study(cfg.study, cfg.storage, out, cfg.dashboard):
+                    run_workers(partial(_hpo_worker, asdict(cfg)), cfg.n_workers, study)
         except Interrupted as e:
             raise Interrupted(e.signum, f"interrupted after {_finished(study)} finished trials; rerun the same "
                                         "command to run the rest") from None
@@ -138,7 +143,7 @@ def _export(cfg: SamplerHPOConfig, study: optuna.Study, out: Path, t0: float) ->
 #: epochs, validation interval, batch) stays fixed, and so do the study's name and storage. How the store's model is
 #: loaded to check its fingerprint (``attn_implementation``, ``strict_family``) changes no trial.
 HPO_MAY_CHANGE = ("n_trials", "n_workers", "seed", "keep_trial_dirs", "lr_low", "lr_high", "widths", "depth_low",
-                  "depth_high", "attn_implementation", "strict_family")
+                  "depth_high", "attn_implementation", "strict_family", *TEAM_MAY_CHANGE)
 
 
 def measurement_identity(cfg: SamplerHPOConfig) -> dict:
@@ -188,7 +193,7 @@ def _hpo_worker(cfg: dict, index: int, ready=lambda: None) -> None:
         return float(metrics["best_val_auc"])
 
     ready()                                 # all workers set up: start together
-    optimize_until(study, objective, cfg.n_trials, FINISHED)
+    optimize_until(study, objective, cfg.n_trials, FINISHED, cfg.reconnect_s, "workbench sweep sampler")
 
 
 def main(argv: list[str]) -> int:
@@ -196,6 +201,9 @@ def main(argv: list[str]) -> int:
     from ..cli_args import parse_dataclass
 
     cfg = parse_dataclass("workbench sweep sampler", SamplerHPOConfig, argv)
-    r = run_sampler_hpo(cfg)
+    try:
+        r = run_sampler_hpo(cfg)
+    except StorageLost as e:                    # the database server went away for good: one line, exit 1
+        return e.report()
     print(f"study {r['study']}: trial states {r['states']}; best {r['best']} ({r['wall_s']:.0f} s)")
     return 0

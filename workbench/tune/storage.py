@@ -11,6 +11,11 @@ No trial stays RUNNING for good:
   ``--n_workers`` child died, a RUNNING trial of this host whose process is gone is failed at once and retried the
   same way. On a journal file (no heartbeat in Optuna 5) trials of other hosts are left to those hosts' next
   worker.
+
+A database server (PostgreSQL, MySQL) can go away while workers run: a worker that loses its connection says so in
+one line, polls the server for a bounded time (``reconnect_s``) and then either goes on (its trial in flight is
+failed and retried) or ends with :class:`StorageLost`, one line and exit status 1, leaving the study intact in the
+database for a rerun (:func:`wait_for_storage`). URLs are shown with their password hidden (:func:`shown_url`).
 """
 from __future__ import annotations
 
@@ -34,33 +39,219 @@ def make_storage(storage: str | None, out_dir: Path, heartbeat_interval: int = 3
     """``None`` → SQLite file ``out_dir/optuna.db``; an RDB URL (``sqlite:///``, ``postgresql://``, ...) →
     :class:`optuna.storages.RDBStorage` with the heartbeat (see the module docstring; ``grace_period`` defaults to
     three intervals); any other string is a journal file path (many workers on many machines sharing a file
-    system) → :class:`optuna.storages.JournalStorage`."""
-    import warnings
+    system) → :class:`optuna.storages.JournalStorage`.
 
-    from optuna.storages import RDBStorage
-
+    Raises ``ValueError`` (one line, the URL shown without its password) for a URL that cannot be opened: a missing
+    database driver (naming the pip extra that installs it), a refused password, a database that does not exist,
+    a server that does not answer."""
     if storage is None or "://" in storage:
         url = f"sqlite:///{(out_dir / 'optuna.db').resolve()}" if storage is None else storage
         for attempt in range(SCHEMA_RACE_RETRIES + 1):
             try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")          # the heartbeat options are marked experimental
-                    return RDBStorage(url, heartbeat_interval=heartbeat_interval,
-                                      grace_period=grace_period or 3 * heartbeat_interval,
-                                      heartbeat_stale_trial_callback=_retry())
+                return _open_rdb(url, heartbeat_interval, grace_period or 3 * heartbeat_interval)
             except Exception as e:  # noqa: BLE001 - sqlalchemy's plugin / connection errors
                 if attempt < SCHEMA_RACE_RETRIES and _lost_schema_race(e):
                     time.sleep(0.05 * (attempt + 1))     # another process is creating the tables: open them
                     continue
-                raise ValueError(f"--storage {url} cannot be opened as an RDB URL ({type(e).__name__}: "
-                                 f"{' '.join(str(e).split())}); give sqlite:///path.db, postgresql://..., mysql://... "
-                                 "or a journal file path") from None
+                raise ValueError(_open_error(url, e)) from None
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     _check_journal(Path(storage))
     Path(storage).parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(storage)))
+
+
+def _open_rdb(url: str, heartbeat_interval: int, grace_period: int):
+    """:class:`_ServerTolerantRDBStorage` on ``url``; a database server's connections are checked before use
+    (``pool_pre_ping``: a pool that outlived a server restart reconnects) and PostgreSQL's connection attempts
+    time out after 10 s."""
+    import warnings
+
+    engine_kwargs = {}
+    if not url.startswith("sqlite"):
+        engine_kwargs["pool_pre_ping"] = True
+    if url.startswith("postgresql"):
+        engine_kwargs["connect_args"] = {"connect_timeout": 10}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # the heartbeat options are marked experimental
+        return _ServerTolerantRDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
+                                         grace_period=grace_period, heartbeat_stale_trial_callback=_retry())
+
+
+class _ServerTolerantRDBStorage(optuna.storages.RDBStorage):
+    """Optuna's RDB storage whose heartbeat thread survives a lost database connection: a heartbeat that cannot
+    be written is skipped (the worker's own loop reports the loss once, :func:`wait_for_storage`), where Optuna's
+    thread would die with a traceback and never beat again."""
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        try:
+            super().record_heartbeat(trial_id)
+        except Exception as e:  # noqa: BLE001 - filtered just below
+            if not connection_lost(e):
+                raise
+
+
+#: Extras of ``pip install 'workbench[...]'`` that install a database driver, by SQLAlchemy dialect.
+DRIVER_EXTRAS = {"postgresql": "postgres"}
+
+
+def shown_url(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for messages and logs); other text is returned as it is."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        u = make_url(url)
+        return u.render_as_string(hide_password=True) if u.password else url
+    except Exception:  # noqa: BLE001 - not a URL: nothing to hide
+        return url
+
+
+def _reason(e: BaseException) -> str:
+    """The database's own words for error ``e``: the driver's message (without SQLAlchemy's background link and
+    statement), whitespace collapsed, else the error's text."""
+    import sqlalchemy.exc as sa
+
+    text, inner = f"{type(e).__name__}: {e}", e
+    for _ in range(10):                          # the first database (DBAPI) error of the chain, if any
+        if isinstance(inner, sa.DBAPIError) and inner.orig is not None:
+            text = str(inner.orig)
+            break
+        inner = inner.__cause__ or inner.__context__
+        if inner is None:
+            break
+    text = " ".join(text.split("(Background on this error at")[0].split())
+    return text.removeprefix("connection failed: ").replace("FATAL: ", "")
+
+
+def _open_error(url: str, e: BaseException) -> str:
+    """The one-line message of an RDB URL that could not be opened (the password hidden, also from the reason)."""
+    from sqlalchemy.engine import make_url
+
+    shown = shown_url(url)
+    chain, x = [], e
+    while x is not None and len(chain) < 10:
+        chain.append(x)
+        x = x.__cause__ or x.__context__
+    missing = next((c for c in chain if isinstance(c, ImportError)), None)
+    try:
+        u = make_url(url)
+        dialect, password = u.get_backend_name(), u.password
+    except Exception:  # noqa: BLE001 - not even a URL
+        dialect, password = None, None
+    if missing is not None and dialect not in (None, "sqlite"):
+        name = getattr(missing, "name", None) or str(missing)
+        fix = (f"pip install 'workbench[{DRIVER_EXTRAS[dialect]}]'" if dialect in DRIVER_EXTRAS
+               else f"install the Python driver of the URL's dialect (pip install {name})")
+        return f"--storage {shown} needs a {dialect} database driver that is not installed ({name}): {fix}"
+    reason = _reason(e)
+    if password and len(str(password)) >= 4:     # a driver that quoted the password back: hidden too
+        reason = reason.replace(str(password), "***")
+    if dialect in (None, "sqlite") or not connection_lost(e):
+        return (f"--storage {shown} cannot be opened as an RDB URL ({reason}); give sqlite:///path.db, "
+                "postgresql://user:password@host:port/database, mysql://... or a journal file path")
+    return (f"--storage {shown}: the database server refused or did not answer ({reason}); check the host, "
+            "port, user, password and database name of the URL")
+
+
+def connection_lost(e: BaseException) -> bool:
+    """True when ``e``, or an error it was raised from, is a failed database connection (SQLAlchemy's
+    ``OperationalError``, ``InterfaceError`` or an invalidated connection): a server stopped, restarted or
+    unreachable. Optuna and Python wrap such errors (``StorageInternalError``; an error raised while handling
+    another), so the whole chain is searched."""
+    import sqlalchemy.exc as sa
+
+    for _ in range(12):
+        if e is None:
+            return False
+        if isinstance(e, (sa.OperationalError, sa.InterfaceError, sa.DisconnectionError)):
+            return True
+        if isinstance(e, sa.DBAPIError) and e.connection_invalidated:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+class StorageLost(RuntimeError):
+    """A worker's database server stopped answering for longer than it waits (:func:`wait_for_storage`). The
+    study is intact in the database; a rerun continues it. ``command``: the command that ran the worker (its
+    messages' prefix); :attr:`exit_code` 1 (an environment failure, as a full disk)."""
+
+    exit_code = 1
+
+    def __init__(self, command: str, message: str):
+        self.command = command
+        super().__init__(message)
+
+    def report(self) -> int:
+        """Print the one-line error on stderr; returns :attr:`exit_code`."""
+        import sys
+
+        print(f"{self.command}: error: {self}", file=sys.stderr, flush=True)
+        return self.exit_code
+
+
+def rdb_backend(study: optuna.Study):
+    """The :class:`optuna.storages.RDBStorage` under ``study``'s storage (Optuna wraps it in a cache), or None
+    for a journal storage."""
+    storage = study._storage
+    storage = getattr(storage, "_backend", storage)
+    return storage if isinstance(storage, optuna.storages.RDBStorage) else None
+
+
+def on_server(study: optuna.Study) -> bool:
+    """True when ``study`` lives on a database server (not an SQLite file nor a journal): the storages that can
+    go away and come back."""
+    rdb = rdb_backend(study)
+    return rdb is not None and rdb.engine.name != "sqlite"
+
+
+def wait_for_storage(study: optuna.Study, error: BaseException, seconds: float, command: str = "workbench") -> None:
+    """After ``error`` (a lost connection, :func:`connection_lost`): print one line, then try the study's
+    database server every second for up to ``seconds``. Returns once it answers (printing one line), after
+    failing this process's RUNNING trials with their retries enqueued (their heartbeat stopped with the
+    connection: they would wait out the grace period otherwise). Raises :class:`StorageLost` when it does not
+    answer in time."""
+    import sys
+
+    rdb = rdb_backend(study)
+    url, who = shown_url(str(rdb.url)), f"worker {worker_id()}"
+    print(f"{command}: {who} lost the connection to {url} ({_reason(error)}); retrying for up to {seconds:g} s",
+          file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    while True:
+        try:
+            with rdb.engine.connect() as con:
+                con.exec_driver_sql("SELECT 1")
+            break
+        except Exception as e:  # noqa: BLE001 - filtered just below
+            if not connection_lost(e):
+                raise
+        if time.monotonic() - t0 >= seconds:
+            raise StorageLost(command, f"{who} gave up on {url} after {seconds:g} s without an answer; the study "
+                                       "is intact in the database: rerun the same command once the server is back")
+        time.sleep(min(1.0, max(0.05, seconds - (time.monotonic() - t0))))
+    rdb.scoped_session.remove()                  # a session of the lost connection must not be reused
+    fail_own_trials(study)
+    print(f"{command}: {who} reconnected to {url} after {time.monotonic() - t0:.0f} s; its trial in flight is "
+          "failed and retried", file=sys.stderr, flush=True)
+
+
+def fail_own_trials(study: optuna.Study) -> list[int]:
+    """Fail the RUNNING trials this process (:func:`worker_id`) left behind (it is not running any now) and enqueue
+    their retries; returns their numbers."""
+    from optuna.trial import TrialState
+
+    me, failed, retry = worker_id(), [], _retry()
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.user_attrs.get("worker") == me:
+            try:
+                if study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+                    retry(study, study._storage.get_trial(t._trial_id))
+                    failed.append(t.number)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass                                # another worker's heartbeat check failed it first
+    return failed
 
 
 def _lost_schema_race(e: Exception) -> bool:
@@ -154,7 +345,11 @@ def recover_stale_trials(study: optuna.Study) -> list[int]:
             if study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
                 retry(study, study._storage.get_trial(t._trial_id))
     if isinstance(study._storage, BaseHeartbeat):
-        optuna.storages.fail_stale_trials(study)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")         # marked experimental
+            optuna.storages.fail_stale_trials(study)
     still = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
     return sorted(running - still)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
 from functools import partial
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,7 +17,8 @@ import pandas as pd
 from ..atomic import atomic_path, write_bytes, write_json
 from ..tasks.run import (TaskPrompts, completions, decode_task, options_of, pass_at, sample_records, score,
                          setting_label, write_samples)
-from .storage import check_existing_study, check_study_identity, make_storage, mark_worker, open_study
+from .storage import StorageLost, check_existing_study, check_study_identity, make_storage, mark_worker, open_study
+from .team import TEAM_MAY_CHANGE, TeamOptions, label_study, watch_study
 from .workers import optimize_until, run_workers, worker_seed
 from ..model.loading import ModelLoading
 
@@ -27,8 +27,9 @@ ACCURACY_METRICS = ("agree_serial", "token_acc", "pass@1")
 
 
 @dataclass
-class SweepConfig(ModelLoading):
-    """Multi-objective threshold sweep (maximise tpf, maximise accuracy)."""
+class SweepConfig(TeamOptions, ModelLoading):
+    """Multi-objective threshold sweep (maximise tpf, maximise accuracy). The shared-study options (a lost database
+    server, the dashboard) come from :class:`~workbench.tune.team.TeamOptions`."""
 
     model: str = "builtin:tiny"
     """Checkpoint directory or 'builtin:tiny'."""
@@ -115,6 +116,7 @@ class SweepConfig(ModelLoading):
         from ..decoding.base import check_precision
 
         check_precision(self.precision, allow_auto=True)
+        self.validate_team()
         if self.n_workers < 1:
             raise ValueError(f"--n_workers must be ≥ 1, got {self.n_workers}")
         if self.heartbeat_interval <= 0:
@@ -227,7 +229,7 @@ class ThresholdObjective:
 #: the study's name and storage (the folder's exports are that study's).
 SWEEP_MAY_CHANGE = ("n_trials", "n_workers", "seed", "heartbeat_interval", "optuna_sampler", "threshold_low",
                     "threshold_high", "strict_family", "attn_implementation", "exec_workers",
-                    "confirm_run_unsafe_code")
+                    "confirm_run_unsafe_code", *TEAM_MAY_CHANGE)
 #: The settings that change a trial's measurement (tpf, accuracy): a study records them with the fingerprints of
 #: its model, sampler and prompt set (:func:`measurement_identity`), and refuses a resume that changes any.
 MEASUREMENT = ("model", "policy", "sampler", "sampler_fallback", "block_lengths", "tune_block_length", "accuracy",
@@ -298,14 +300,14 @@ def run_sweep(cfg: SweepConfig) -> dict:
             write_json(out / "config.json", asdict(cfg))
             study = _open(cfg, 0)
             check_study_identity(study, ident)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")     # set_metric_names is marked experimental
-                study.set_metric_names(["tpf", cfg.accuracy])
+            label_study(study, ["tpf", cfg.accuracy], decoder=cfg.policy, block_lengths=list(cfg.block_lengths),
+                        model=cfg.model)
             before = _completed(study)
             t0 = time.time()
             try:
                 if before < cfg.n_trials:
-                    run_workers(partial(_sweep_worker, asdict(cfg)), cfg.n_workers, study)
+                    with watch_study(cfg.study, cfg.storage, out, cfg.dashboard):
+                        run_workers(partial(_sweep_worker, asdict(cfg)), cfg.n_workers, study)
             except Interrupted as e:
                 export_study(study, out, cfg.accuracy)
                 raise Interrupted(e.signum, f"interrupted after {_completed(study)} finished trials (exported to "
@@ -349,7 +351,8 @@ def _sweep_worker(cfg: dict, index: int, ready=lambda: None) -> None:
         _OBJECTIVES[key] = ThresholdObjective(cfg)
     objective = _OBJECTIVES[key]
     ready()                                 # all workers loaded: start together
-    optimize_until(study, objective, cfg.n_trials, (optuna.trial.TrialState.COMPLETE,))
+    optimize_until(study, objective, cfg.n_trials, (optuna.trial.TrialState.COMPLETE,), cfg.reconnect_s,
+                   "workbench sweep")
 
 
 def export_study(study: optuna.Study, out: Path, accuracy: str = "accuracy") -> dict:
@@ -392,7 +395,10 @@ def main(argv: list[str]) -> int:
     from ..cli_args import parse_dataclass
 
     cfg = parse_dataclass("workbench sweep", SweepConfig, argv)
-    r = run_sweep(cfg)
+    try:
+        r = run_sweep(cfg)
+    except StorageLost as e:                    # the database server went away for good: one line, exit 1
+        return e.report()
     print(f"study {r['study']}: {r['trials_before']} → {r['trials_after']} finished trials in {r['wall_s']:.0f} s; "
           f"Pareto front ({len(r['pareto'])} points) in {r['out_dir']}/pareto.parquet")
     for p in r["pareto"]:

@@ -15,6 +15,10 @@ Optuna's ``RetryHeartbeatStaleTrialCallback``) and runs what the study still lac
 ``MaxTrialsCallback`` stops each worker once the study holds the wanted number of finished trials; workers
 that started their last trials at the same moment may finish up to ``n_workers − 1`` more (Optuna's own
 behaviour), none of them a duplicate.
+
+A worker whose database server goes away (PostgreSQL, MySQL) says so in one line and waits for it for a bounded
+time (:func:`~workbench.tune.storage.wait_for_storage`): it goes on when the server is back, or ends with one line
+and exit status 1 (:class:`~workbench.tune.storage.StorageLost`); the others do the same, each on its own.
 """
 from __future__ import annotations
 
@@ -34,6 +38,9 @@ def worker_seed(seed: int | None, index: int) -> int | None:
 def _threads(n_workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // n_workers)
 
+
+#: Seconds the parent waits for the other workers to give up on a lost database server before it stops them.
+STORAGE_JOIN_S = 60.0
 
 #: Seconds a ready worker waits for the others before it starts trials alone.
 START_TIMEOUT_S = 600.0
@@ -57,14 +64,41 @@ class _Ready:
 
 
 def _child(work: Callable[[int, Callable[[], None]], None], index: int, n_workers: int, barrier) -> None:
+    import sys
+
     import torch
 
+    from .storage import StorageLost
+
     torch.set_num_threads(_threads(n_workers))
+    _quiet_child()
     try:
         work(index, _Ready(barrier))
+    except StorageLost as e:                # its one line, as the command line prints the parent's
+        barrier.abort()
+        sys.exit(e.report())
     except BaseException:
         barrier.abort()                     # the others do not wait for a worker that will never be ready
         raise
+
+
+def _quiet_child() -> None:
+    """A spawned worker starts a fresh interpreter without the command line's quieting: keep its stderr for its
+    own one-line messages (no weight-loading bars, library tips or experimental-API warnings, which the parent
+    worker shows once where they matter)."""
+    import logging
+    import warnings
+
+    import optuna
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    for name in ("pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", message=r".*(does not have many workers|LeafSpec|litlogger|litmodels).*")
 
 
 def run_workers(work: Callable[[int, Callable[[], None]], None], n_workers: int, study=None) -> list[int]:
@@ -96,8 +130,16 @@ def run_workers(work: Callable[[int, Callable[[], None]], None], n_workers: int,
     torch.set_num_threads(_threads(n_workers))
     try:
         work(0, _Ready(barrier))
-    except BaseException:
+    except BaseException as e:
+        from .storage import StorageLost
+
         barrier.abort()
+        if isinstance(e, StorageLost):      # the others lost the same server: each gives up by itself, in one line
+            import time
+
+            deadline = time.monotonic() + STORAGE_JOIN_S
+            for p in procs:
+                p.join(max(0.0, deadline - time.monotonic()))
         for p in procs:                     # this worker failed (or was interrupted): stop the others too
             p.terminate()
         raise
@@ -114,15 +156,34 @@ def run_workers(work: Callable[[int, Callable[[], None]], None], n_workers: int,
     return exits
 
 
-def optimize_until(study, objective, n_trials: int, states: tuple) -> None:
+def optimize_until(study, objective, n_trials: int, states: tuple, reconnect_s: float = 0.0,
+                   command: str = "workbench") -> None:
     """One worker's share of a study: run ``objective`` until ``study`` holds ``n_trials`` trials in ``states``
     (Optuna's ``MaxTrialsCallback``, so parallel workers stop together), then the retries of dead workers'
     trials still queued (WAITING), so none is left behind.
+
+    On a database server (:func:`~workbench.tune.storage.on_server`), a lost connection is waited out for up to
+    ``reconnect_s`` seconds and the work goes on (:func:`~workbench.tune.storage.wait_for_storage`, which raises
+    :class:`~workbench.tune.storage.StorageLost` when the server stays away; ``command`` prefixes its lines).
 
     Ctrl-C or SIGTERM stops the worker after the trial in flight (a trial is the safe point: raising inside one
     could leave Optuna's heartbeat thread running, and the process with it) and raises
     :class:`~workbench.interrupts.Interrupted`; a second signal stops the trial at once (it is failed, and a rerun
     runs the missing trials)."""
+    from .storage import connection_lost, on_server, wait_for_storage
+
+    server = on_server(study)
+    while True:
+        try:
+            _optimize_until(study, objective, n_trials, states)
+            return
+        except Exception as e:  # noqa: BLE001 - only a lost database connection is handled
+            if not (server and reconnect_s > 0 and connection_lost(e)):
+                raise
+            wait_for_storage(study, e, reconnect_s, command)
+
+
+def _optimize_until(study, objective, n_trials: int, states: tuple) -> None:
     import optuna
 
     from ..interrupts import Interrupted, deferred_signals
