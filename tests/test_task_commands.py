@@ -171,3 +171,23 @@ def test_the_demo_refuses_a_task_without_the_confirmation(cli, tmp_path, no_code
     r = cli("demo", "--model", "tiny", *DEMO_OFF, "--task", "humaneval", "--out_dir", tmp_path / "demo")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--confirm_run_unsafe_code" in r.stderr
     assert not (tmp_path / "demo").exists()
+
+
+def test_a_plain_ar_checkpoint_without_a_mask_token(cli, tmp_path, chat_ckpt):
+    """A plain AR checkpoint (no mask token, no --add_mask_token): the leaderboard's diffusion rows, the serial
+    reference among them, are listed as not run with the fix, before any decode, and AR greedy runs; ``evaluate``,
+    whose runs at --block_lengths are all diffusion, refuses in one line before decoding."""
+    out = tmp_path / "lb"
+    r = cli("leaderboard", "--model", chat_ckpt, "--task", "humaneval", "--problems", "0:2",
+            "--confirm_run_unsafe_code", "--decoders", "[ar_greedy,serial,confidence]", "--thresholds", "[0.5]",
+            "--out_dir", out, *SMALL)
+    assert r.returncode == 0, r.stderr[-2000:]
+    df = pd.read_parquet(out / "leaderboard.parquet").set_index("decoder")
+    assert df.loc["ar_greedy", "status"] == "ok"
+    for name in ("serial", "confidence"):
+        assert df.loc[name, "status"].startswith("not run") and "--add_mask_token true" in df.loc[name, "status"]
+    r = cli("evaluate", "--model", chat_ckpt, "--task", "humaneval", "--problems", "0:2", "--confirm_run_unsafe_code",
+            "--out_dir", tmp_path / "ev", *SMALL)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "--add_mask_token true" in lines[0], r.stderr
+    assert not (tmp_path / "ev").exists()

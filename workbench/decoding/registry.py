@@ -144,7 +144,11 @@ class DecoderSpec:
         given a diffusion one)."""
         family = getattr(model, "family", None)
         modes = getattr(model, "modes", None)
-        if family is None or modes is None or self.mode in modes:   # a plain checkpoint names --add_mask_token itself
+        if self.mode == "diffusion" and not getattr(model, "has_mask_token", True):
+            raise DecodeError(f"decoder {self.name} decodes in diffusion mode, which needs a mask token, and this "
+                              "checkpoint's tokenizer has none: pass --add_mask_token true (a new, untrained row: "
+                              "mechanics only) or pick an AR decoder")
+        if family is None or modes is None or self.mode in modes:
             return
         raise DecodeError(f"decoder {self.name} needs the {self.mode} mode, which the {family.name} family does not "
                           f"have (its modes: {', '.join(sorted(modes))}); pick a decoder of those modes")

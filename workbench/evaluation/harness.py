@@ -336,9 +336,15 @@ def warn_untrained_positions(meta: dict, prompt_len: int, gen_len: int) -> str |
 
 def check_sweep_fits(model, block_lengths, prompt_len: int, gen_len: int, meta: dict | None = None) -> str | None:
     """Raise :class:`DecodeError` if a block length or prompt + generation exceeds the model context
-    (the decoders' own :func:`~workbench.decoding.base.check_lengths`, run once before the sweep). With the
-    checkpoint's ``workbench.json`` as ``meta``, also warn when the sweep decodes past its longest training
-    window (:func:`warn_untrained_positions`); returns that warning or ``None``."""
+    (the decoders' own :func:`~workbench.decoding.base.check_lengths`, run once before the sweep), or if the sweep
+    has block lengths (diffusion runs) and the model no mask token. With the checkpoint's ``workbench.json`` as
+    ``meta``, also warn when the sweep decodes past its longest training window (:func:`warn_untrained_positions`);
+    returns that warning or ``None``."""
+    if block_lengths and not getattr(model, "has_mask_token", True):
+        raise DecodeError("the serial and confidence runs at --block_lengths decode in diffusion mode, which needs a "
+                          "mask token, and this checkpoint's tokenizer has none: pass --add_mask_token true (a new, "
+                          "untrained row: mechanics only), or score AR decoders alone with `workbench leaderboard "
+                          "--decoders \"[ar_greedy]\"`")
     for b in block_lengths:
         check_lengths(model, [[0] * prompt_len], gen_len, b)
     return warn_untrained_positions(meta, prompt_len, gen_len) if meta is not None else None

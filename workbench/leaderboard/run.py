@@ -29,6 +29,7 @@ from ..utils import check_out_dir, staged_dir, writes_out_dir
 from .columns import row_columns
 from .config import LeaderboardConfig
 from ..model.families.spec import FamilyError
+from ..tokenizer import TokenizerError
 from ..tasks.run import TaskPrompts, decode_task, options_of
 from .rows import REFERENCES, Setting, grid
 
@@ -108,7 +109,8 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
             unavailable[s.name] = str(e)
     task = options_of(cfg)
     tp = TaskPrompts.build(task, tokenizer) if task else None
-    check_sweep_fits(model, cfg.block_lengths, tp.longest if tp else cfg.prompt_len, cfg.gen_len, meta)
+    check_sweep_fits(model, cfg.block_lengths if model.has_mask_token else [], tp.longest if tp else cfg.prompt_len,
+                     cfg.gen_len, meta)   # without a mask token the diffusion rows are listed as not run
     artefacts, missing = _artefacts(cfg, [s for s in specs if s.name not in unavailable], model, tokenizer)
     adapter_model = None
     if cfg.adapter:
@@ -189,7 +191,7 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
                 "claims_lossless": spec.lossless}
         try:
             res = decode(st)
-        except (DecodeError, FamilyError) as e:      # e.g. a self-drafting decoder on a family without that forward
+        except (DecodeError, FamilyError, TokenizerError) as e:   # e.g. a self-drafting decoder without a mask token
             rows.append({**base, "status": f"not run: {e}"})
             continue
         full = res
