@@ -48,6 +48,26 @@ class DecodeResult:
     token_probs: list[list[float]] = field(default_factory=list)
     drafter_forwards: list[int] = field(default_factory=list)
 
+    @classmethod
+    def concat(cls, parts: "list[DecodeResult]") -> "DecodeResult":
+        """One result of the rows of ``parts`` (batches decoded one after another), in order: per-row lists joined,
+        times and call counts summed; rows of a part without ``token_probs`` get empty ones, and without
+        ``drafter_forwards`` zeros."""
+        out = cls(tokens=[], forwards=[], extra_forwards=[], committed_per_step=[], step_tokens=[])
+        for r in parts:
+            out.tokens += r.tokens
+            out.forwards += r.forwards
+            out.extra_forwards += r.extra_forwards
+            out.committed_per_step += r.committed_per_step
+            out.step_tokens += r.step_tokens
+            out.wall_time += r.wall_time
+            out.model_calls += r.model_calls
+            out.sampler_seconds += r.sampler_seconds
+            out.sampler_calls += r.sampler_calls
+            out.token_probs += r.token_probs if r.token_probs else [[] for _ in r.tokens]
+            out.drafter_forwards += r.drafter_forwards if r.drafter_forwards else [0] * len(r.tokens)
+        return out
+
     def drafter_forwards_of(self, row: int) -> int:
         """Separate-drafter forwards of ``row`` (0 when the decoder has none)."""
         return self.drafter_forwards[row] if self.drafter_forwards else 0

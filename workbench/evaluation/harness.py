@@ -147,20 +147,7 @@ def decode_prompts(model, policy: str, prompts: list[Prompt], mode: str, bs: int
         kw_c = {**kw, "seed": kw.get("seed", 0) + c} if sampled else kw
         parts.append(fn(model, [list(p.prompt) for p in chunk], len(chunk[0].real), real_continuation=real,
                         pad_id=pad_id, **kw_c))
-    res = DecodeResult(tokens=[], forwards=[], extra_forwards=[], committed_per_step=[], step_tokens=[], wall_time=0.0)
-    for r in parts:
-        res.tokens += r.tokens
-        res.forwards += r.forwards
-        res.extra_forwards += r.extra_forwards
-        res.committed_per_step += r.committed_per_step
-        res.step_tokens += r.step_tokens
-        res.wall_time += r.wall_time
-        res.model_calls += r.model_calls
-        res.sampler_seconds += r.sampler_seconds
-        res.sampler_calls += r.sampler_calls
-        res.token_probs += r.token_probs if r.token_probs else [[] for _ in r.tokens]
-        res.drafter_forwards += r.drafter_forwards if r.drafter_forwards else [0] * len(r.tokens)
-    return res
+    return DecodeResult.concat(parts)
 
 
 def _nll(model, prompts, res: DecodeResult, mode: str, block_length: int | None, bs: int, pad_id: int, precision: str,

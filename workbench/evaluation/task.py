@@ -70,7 +70,7 @@ def run_task_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.D
         key = (policy, b, t)
         comps[key] = []
         for s in range(n):
-            res = decode_task(model, policy, tp, cfg.gen_len, cfg.batch_size, pad, sample=s,
+            res = decode_task(model, policy, tp, cfg.gen_len, cfg.batch_size, pad, sample=s, progress=cfg.progress_bar,
                               precision=cfg.precision, block_length=b, **knob)
             if s == 0:
                 decoded[key] = res

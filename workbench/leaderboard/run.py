@@ -159,7 +159,7 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
         kw, knob = options(st)
         if tp is not None:                        # a task: stops at its stop tokens (AR ends the batch there)
             return decode_task(adapter_model if st.adapter else model, st.decoder, tp, cfg.gen_len, cfg.batch_size,
-                               pad, **kw)
+                               pad, progress=cfg.progress_bar, **kw)
         key = (st.mode, st.decoder, st.length, knob, same)
         cacheable = st.decoder not in artefacts and not st.adapter
         if cacheable and key in cache:

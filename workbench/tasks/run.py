@@ -117,7 +117,7 @@ class TaskPrompts:
 
 
 def decode_task(model, policy: str, prompts: TaskPrompts, gen_len: int, batch_size: int, pad_id: int,
-                sample: int = 0, block_commits: bool | None = None, **kw):
+                sample: int = 0, block_commits: bool | None = None, progress: bool = False, **kw):
     """Decode every prompt of ``prompts`` with decoder ``policy`` in batches of ``batch_size`` (free-running), each
     row cut after its first stop token (:func:`~workbench.decoding.base.stop_at_eos`, forwards recounted). An AR
     decoder ends a batch as soon as every row has stopped (``ar_decode``'s ``stop_ids``), as ``generate`` does; the
@@ -125,7 +125,8 @@ def decode_task(model, policy: str, prompts: TaskPrompts, gen_len: int, batch_si
 
     ``sample``: the sample index; a sampling decoder (``temperature`` > 0 in ``kw``) draws batch c of sample s with
     seed ``seed + 1000·s + c``. ``block_commits``: the decoder finalises whole blocks (default: from its registry
-    entry). Returns one :class:`~workbench.decoding.base.DecodeResult` over all prompts."""
+    entry). ``progress``: a progress bar over the batches (removed when done). Returns one
+    :class:`~workbench.decoding.base.DecodeResult` over all prompts."""
     from ..decoding.base import DecodeResult, stop_at_eos
     from ..decoding.registry import get_decoder, get_policy
 
@@ -136,24 +137,16 @@ def decode_task(model, policy: str, prompts: TaskPrompts, gen_len: int, batch_si
     if spec.family == "ar" and prompts.stop_ids:         # AR decoders end the batch once every row has stopped
         kw = {**kw, "stop_ids": prompts.stop_ids}
     sampled = (kw.get("temperature") or 0) > 0
-    out = DecodeResult(tokens=[], forwards=[], extra_forwards=[], committed_per_step=[], step_tokens=[])
-    for c, i in enumerate(range(0, len(prompts.ids), batch_size)):
+    from tqdm.auto import tqdm
+
+    parts = []
+    starts = range(0, len(prompts.ids), batch_size)
+    for c, i in enumerate(tqdm(starts, desc=f"{policy} (batches of {batch_size})", leave=False, disable=not progress)):
         kw_c = {**kw, "seed": kw.get("seed", 0) + 1000 * sample + c} if sampled else kw
         r = fn(model, prompts.ids[i:i + batch_size], gen_len, pad_id=pad_id, **kw_c)
-        r = stop_at_eos(r, prompts.stop_ids, kw.get("block_length") if block_commits else None) \
-            if prompts.stop_ids else r
-        out.tokens += r.tokens
-        out.forwards += r.forwards
-        out.extra_forwards += r.extra_forwards
-        out.committed_per_step += r.committed_per_step
-        out.step_tokens += r.step_tokens
-        out.wall_time += r.wall_time
-        out.model_calls += r.model_calls
-        out.sampler_seconds += r.sampler_seconds
-        out.sampler_calls += r.sampler_calls
-        out.token_probs += r.token_probs if r.token_probs else [[] for _ in r.tokens]
-        out.drafter_forwards += r.drafter_forwards if r.drafter_forwards else [0] * len(r.tokens)
-    return out
+        parts.append(stop_at_eos(r, prompts.stop_ids, kw.get("block_length") if block_commits else None)
+                     if prompts.stop_ids else r)
+    return DecodeResult.concat(parts)
 
 
 def answers(tokenizer, prompts: TaskPrompts, tokens: Sequence[Sequence[int]]) -> list[str]:
