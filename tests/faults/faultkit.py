@@ -80,3 +80,13 @@ def interrupt(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout: float =
 
 def stderr_lines(err: str) -> list[str]:
     return [line for line in err.strip().splitlines() if line.strip()]
+
+
+def one_line(p, rc: int, *needles: str) -> str:
+    """Assert that the finished command ``p`` (a CompletedProcess) exited with ``rc`` and wrote exactly one line on
+    stderr (:func:`stderr_lines`) holding every one of ``needles``; returns the line."""
+    lines = stderr_lines(p.stderr)
+    assert p.returncode == rc and len(lines) == 1, (p.returncode, p.stderr[-3000:])
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]

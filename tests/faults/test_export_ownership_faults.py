@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from faultkit import stderr_lines
+from faultkit import one_line
 from test_sampler import make_store
 
 SAMPLER = ["--config", "workbench/configs/sampler_micro.yaml", "--progress_bar", "false", "--accelerator", "cpu",
@@ -38,13 +38,6 @@ def md5s(d: Path) -> dict:
     return {str(f.relative_to(d)): hashlib.md5(f.read_bytes()).hexdigest() for f in sorted(d.rglob("*"))
             if f.is_file()}
 
-
-def one_line(p, rc: int, *needles: str) -> str:
-    lines = stderr_lines(p.stderr)
-    assert p.returncode == rc and len(lines) == 1, (p.returncode, p.stderr[-3000:])
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 def _main(*argv: str) -> None:

@@ -22,20 +22,13 @@ import pytest
 import torch
 
 from conftest import REPO
-from faultkit import fill, small_disk, stderr_lines  # noqa: F401 (a fixture)
+from faultkit import fill, small_disk, one_line, stderr_lines  # noqa: F401 (a fixture)
 from test_sampler import V, make_store, synth_item
 
 SAMPLER = ["--config", "workbench/configs/sampler_micro.yaml", "--progress_bar", "false", "--accelerator", "cpu",
            "--max_epochs", "1"]
 TINY = ["--model", "tiny", "--n_prompts", "2", "--gen_len", "8", "--device", "cpu", "--progress_bar", "false"]
 
-
-def one_line(p, rc: int, *needles: str) -> str:
-    lines = stderr_lines(p.stderr)
-    assert p.returncode == rc and len(lines) == 1, (p.returncode, p.stderr[-3000:])
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 EMPTY = [

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import REPO
-from faultkit import start_cli, stderr_lines, wait_for
+from faultkit import one_line, start_cli, wait_for
 
 TINY = ["--model", "tiny", "--gen_len", "8", "--block_lengths", "[4]", "--device", "cpu", "--progress_bar", "false"]
 COMMANDS = {
@@ -23,13 +23,6 @@ COMMANDS = {
                   "--device", "cpu", "--progress_bar", "false"],
 }
 
-
-def one_line(p, rc: int, *needles: str) -> str:
-    lines = stderr_lines(p.stderr)
-    assert p.returncode == rc and len(lines) == 1, (p.returncode, p.stderr[-3000:])
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 def _holder(code: str) -> subprocess.Popen:

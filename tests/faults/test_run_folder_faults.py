@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import REPO, stop_lightning_at
-from faultkit import fill, interrupt, small_disk, start_cli, stderr_lines, wait_for  # noqa: F401 (fixture)
+from faultkit import fill, interrupt, small_disk, start_cli, one_line, stderr_lines, wait_for  # noqa: F401 (fixture)
 from test_sampler import make_store
 
 SAMPLER = ["--config", "workbench/configs/sampler_micro.yaml", "--progress_bar", "false", "--accelerator", "cpu"]
@@ -29,13 +29,6 @@ def store(tmp_path_factory):
 def _files(d: Path) -> dict:
     return {str(f.relative_to(d)): f.read_bytes() for f in sorted(d.rglob("*")) if f.is_file()}
 
-
-def _one_line(p, rc: int, *needles: str) -> str:
-    lines = stderr_lines(p.stderr)
-    assert p.returncode == rc and len(lines) == 1, (p.returncode, p.stderr[-3000:])
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +53,7 @@ def test_sampler_refuses_a_train_lm_folder_and_leaves_it_untouched(lm_run, store
     the LM run resumes with its own settings."""
     before = _files(lm_run)
     p = cli("train", "sampler", *SAMPLER, "--store", str(store), "--out_dir", str(lm_run), "--max_steps", "4")
-    _one_line(p, 2, "`workbench train lm` run", "choose another --out_dir")
+    one_line(p, 2, "`workbench train lm` run", "choose another --out_dir")
     assert _files(lm_run) == before
     assert cli("train", "lm", *LM, "--out_dir", str(lm_run), "--max_steps", "8", "--stage1_steps", "4",
                "--val_every", "4", "--checkpoint_every", "4").returncode == 0
@@ -73,7 +66,7 @@ def test_lm_refuses_a_train_sampler_folder(store, tmp_path, cli):
     assert cli("train", "sampler", *SAMPLER, "--store", str(store), "--out_dir", str(run), "--max_epochs", "1"
                ).returncode == 0
     before = _files(run)
-    _one_line(cli("train", "lm", *LM, "--out_dir", str(run), "--max_steps", "8", "--stage1_steps", "4"), 2,
+    one_line(cli("train", "lm", *LM, "--out_dir", str(run), "--max_steps", "8", "--stage1_steps", "4"), 2,
               "`workbench train sampler` run")
     assert _files(run) == before
 
@@ -83,7 +76,7 @@ def test_sampler_refuses_a_store_as_run_folder(store, cli, where):
     """A train sampler --out_dir equal to --store (or inside it) wrote checkpoints and logs among its arrays."""
     out = {"store": store, "inside": store / "runs" / "a", "group": store / "B8" / "run"}[where]
     before = _files(store)
-    _one_line(cli("train", "sampler", *SAMPLER, "--store", str(store), "--out_dir", str(out), "--max_steps", "2"),
+    one_line(cli("train", "sampler", *SAMPLER, "--store", str(store), "--out_dir", str(out), "--max_steps", "2"),
               2, f"the trajectory store {store}:")
     assert _files(store) == before
 
@@ -146,7 +139,7 @@ def test_finished_sampler_refuses_a_new_lr(store, tmp_path, cli):
     args = ["train", "sampler", *SAMPLER, "--store", str(store), "--out_dir", str(run), "--max_epochs", "1"]
     assert cli(*args).returncode == 0
     before = _files(run)
-    _one_line(cli(*args, "--lr", "0.01"), 2, "lr cannot change", "--lr 0.003")
+    one_line(cli(*args, "--lr", "0.01"), 2, "lr cannot change", "--lr 0.003")
     assert _files(run) == before
 
 
@@ -166,7 +159,7 @@ def test_second_writer_is_refused_and_a_stale_lock_is_taken_over(store, tmp_path
         cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        line = _one_line(cli("train", "sampler", *SAMPLER, "--store", str(store), "--out_dir", str(run),
+        line = one_line(cli("train", "sampler", *SAMPLER, "--store", str(store), "--out_dir", str(run),
                              "--lr", "0.003"), 2, "in use by process", str(holder.pid))
         assert "lr" not in line.split("in use")[0]
     finally:
@@ -186,7 +179,7 @@ def test_a_command_does_not_replace_another_commands_results(tmp_path, cli):
     (out / "run.json").write_text(json.dumps({"kind": "sol", "settings": {}, "finished": True}))
     (out / "sol.parquet").write_bytes(b"results")
     before = _files(out)
-    _one_line(cli("evaluate", "--out_dir", str(out), "--n_prompts", "1"), 2, "`workbench sol`")
+    one_line(cli("evaluate", "--out_dir", str(out), "--n_prompts", "1"), 2, "`workbench sol`")
     assert _files(out) == before
 
 
@@ -240,7 +233,7 @@ def test_full_disk_at_a_checkpoint_leaves_no_truncated_file(store, tmp_path, sma
             "--patience", "1000"]
     filler = fill(disk, 150_000)                      # room for the run record and log, not for a checkpoint
     p = cli(*args)
-    _one_line(p, 1, "no space left", ".ckpt", "rerun the same command")
+    one_line(p, 1, "no space left", ".ckpt", "rerun the same command")
     for f in run.rglob("*"):
         assert not f.name.endswith(".tmp"), f
         if f.suffix == ".ckpt":
@@ -266,7 +259,7 @@ def test_full_disk_at_export_leaves_no_empty_folder(store, tmp_path, cli, monkey
         raise OSError(errno.ENOSPC, "No space left on device", str(Path(out_dir) / "sampler.json"))
 
     monkeypatch.setattr("workbench.sampler.train.save_sampler", full)
-    _one_line(cli(*args), 1, "no space left", "sampler.json")
+    one_line(cli(*args), 1, "no space left", "sampler.json")
     assert not (run / "sampler").exists() and not list(run.glob("sampler.*"))
     monkeypatch.setattr("workbench.sampler.train.save_sampler", real)
     assert cli(*args).returncode == 0
@@ -295,22 +288,22 @@ def test_sweep_resumed_with_other_settings_is_refused(tmp_path, tiny_copy, cli):
     p = cli(*SWEEP, *model, "--out_dir", sw)
     assert p.returncode == 0 and p.stderr == "", p.stderr             # no ExperimentalWarning lines either
     before = _files(sw)
-    _one_line(cli(*SWEEP, *model, "--out_dir", sw, "--n_trials", "3", "--n_prompts", "3", "--gen_len", "32"), 2,
+    one_line(cli(*SWEEP, *model, "--out_dir", sw, "--n_trials", "3", "--n_prompts", "3", "--gen_len", "32"), 2,
               "n_prompts 2 (now 3)", "gen_len 16 (now 32)")
-    _one_line(cli(*SWEEP, "--model", "builtin:tiny", "--out_dir", sw, "--n_trials", "3"), 2, "model")
+    one_line(cli(*SWEEP, "--model", "builtin:tiny", "--out_dir", sw, "--n_trials", "3"), 2, "model")
     m, tok, meta = load_checkpoint(tiny_copy)                # other weights behind the same path
     with torch.no_grad():
         m.backbone.get_input_embeddings().weight.mul_(1.5)
     save_checkpoint(m, tok, tiny_copy, meta)
-    _one_line(cli(*SWEEP, *model, "--out_dir", sw, "--n_trials", "3"), 2, "model_fingerprint")
+    one_line(cli(*SWEEP, *model, "--out_dir", sw, "--n_trials", "3"), 2, "model_fingerprint")
     assert _files(sw) == before
     journal = tmp_path / "journal.log"                    # a shared storage: the study itself records its identity
     assert cli(*SWEEP, *model, "--out_dir", tmp_path / "a", "--storage", journal).returncode == 0
-    _one_line(cli(*SWEEP, *model, "--out_dir", tmp_path / "b", "--storage", journal, "--n_trials", "3",
+    one_line(cli(*SWEEP, *model, "--out_dir", tmp_path / "b", "--storage", journal, "--n_trials", "3",
                   "--n_prompts", "3"), 2, "n_prompts 2 (now 3)")
     assert not (tmp_path / "b").exists()
     before = _files(tmp_path / "a")                     # the folder's exports are its own study's
-    _one_line(cli(*SWEEP, *model, "--out_dir", tmp_path / "a", "--n_trials", "3"), 2, "storage")
+    one_line(cli(*SWEEP, *model, "--out_dir", tmp_path / "a", "--n_trials", "3"), 2, "storage")
     assert _files(tmp_path / "a") == before
 
 
@@ -362,7 +355,7 @@ def test_a_relative_path_from_another_working_directory_is_not_the_same_setting(
     args = ["train", "sampler", *SAMPLER, "--store", "st.zarr", "--out_dir", str(run), "--max_epochs", "1"]
     argv = [x if x != "workbench/configs/sampler_micro.yaml" else str(REPO / x) for x in args]
     assert cli(*argv, cwd=a).returncode == 0
-    _one_line(cli(*argv, cwd=b), 2, f"store '{a / 'st.zarr'}' (now '{b / 'st.zarr'}')")
+    one_line(cli(*argv, cwd=b), 2, f"store '{a / 'st.zarr'}' (now '{b / 'st.zarr'}')")
     absolute = [x if x != "st.zarr" else str(a / "st.zarr") for x in argv]
     assert cli(*absolute, cwd=b).returncode == 0
 
@@ -373,12 +366,12 @@ def test_results_are_not_written_inside_a_store_nor_over_a_users_folder(store, t
     args = ["evaluate", "--n_prompts", "1", "--gen_len", "8", "--block_lengths", "[8]", "--thresholds", "[0.9]",
             "--modes", "[real]", "--progress_bar", "false", "--device", "cpu"]
     before = _files(store)
-    _one_line(cli(*args, "--out_dir", store / "results"), 2, "lies inside the trajectory store")
+    one_line(cli(*args, "--out_dir", store / "results"), 2, "lies inside the trajectory store")
     assert _files(store) == before
     mine = tmp_path / "ev.partial"
     mine.mkdir()
     (mine / "notes.txt").write_text("a user's notes")
-    _one_line(cli(*args, "--out_dir", tmp_path / "ev"), 2, "ev.partial exists and was not written by a workbench")
+    one_line(cli(*args, "--out_dir", tmp_path / "ev"), 2, "ev.partial exists and was not written by a workbench")
     assert (mine / "notes.txt").read_text() == "a user's notes" and not (tmp_path / "ev").exists()
 
 
@@ -392,7 +385,7 @@ def test_a_run_that_failed_before_its_first_checkpoint_takes_new_settings(tmp_pa
     run = tmp_path / "run"
     args = ["train", "lora", "--config", "workbench/configs/lora_micro.yaml", "--init_from", str(micro_checkpoint),
             "--out_dir", str(run), "--progress_bar", "false"]
-    _one_line(cli(*args, "--corpus", str(empty)), 2, "empty")
+    one_line(cli(*args, "--corpus", str(empty)), 2, "empty")
     assert cli(*args, "--corpus", str(small_corpus)).returncode == 0
     rec = json.loads((run / "run.json").read_text())
     assert rec["settings"]["corpus"] == str(small_corpus) and rec["finished"]
@@ -418,13 +411,13 @@ def test_a_damaged_teacher_record_is_one_line_naming_it(tmp_path, text, cli):
     t = tmp_path / "teacher"
     t.mkdir()
     (t / "teacher.json").write_bytes(text.encode("utf-8", "surrogateescape"))
-    _one_line(cli("train", "deer", "--teacher", str(t), "--out_dir", str(tmp_path / "s1")), 2,
+    one_line(cli("train", "deer", "--teacher", str(t), "--out_dir", str(tmp_path / "s1")), 2,
               f"{t / 'teacher.json'} is damaged")
     assert not (tmp_path / "s1").exists()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_while_the_libraries_load_is_one_line(tmp_path, sig):
+def test_a_signal_while_the_libraries_load_isone_line(tmp_path, sig):
     """A signal in the first second (torch and transformers still importing) printed a 27-line KeyboardInterrupt
     traceback (SIGINT) or nothing at all (SIGTERM). The handlers are in place from the command's first line."""
     import time
@@ -443,7 +436,7 @@ def test_deer_teacher_has_one_writer(tmp_path, micro_checkpoint, cli):
 
     out = tmp_path / "teacher"
     with locked_folder(out, "deer teacher"):
-        _one_line(cli("deer", "teacher", "--target", str(micro_checkpoint), "--out_dir", str(out)), 2,
+        one_line(cli("deer", "teacher", "--target", str(micro_checkpoint), "--out_dir", str(out)), 2,
                   "in use by process", str(os.getpid()))
     assert [p.name for p in out.iterdir()] == [".lock"]
 
@@ -451,6 +444,6 @@ def test_deer_teacher_has_one_writer(tmp_path, micro_checkpoint, cli):
 def test_a_typo_in_a_config_file_says_where_to_look(tmp_path, cli):
     bad = tmp_path / "typo.yaml"
     bad.write_text("seq_lenn: 64\n")
-    _one_line(cli("train", "lm", "--config", str(bad), "--out_dir", str(tmp_path / "run")), 2, "seq_lenn",
+    one_line(cli("train", "lm", "--config", str(bad), "--out_dir", str(tmp_path / "run")), 2, "seq_lenn",
               "--config file", "workbench train lm --help")
     assert not (tmp_path / "run").exists()

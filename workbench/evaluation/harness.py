@@ -12,7 +12,6 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import ClassVar
 
 import pandas as pd
 from tqdm.auto import tqdm
@@ -26,6 +25,7 @@ from .metrics import (agreement, ar_token_logprobs, first_line, introspective_ac
                       oov_word_rate, repetition_rate, whitespace_ids, whitespace_share, whitespace_share_multi)
 from .prompts import Prompt, make_prompts
 from ..model.loading import ModelLoading
+from ..tasks.run import SampledTaskConfig
 
 MODES = ("real", "free")
 #: How reports name the two context modes.
@@ -39,7 +39,7 @@ KNOBS = {"ar_sample": "temperature"}
 
 
 @dataclass
-class EvalConfig(ModelLoading):
+class EvalConfig(ModelLoading, SampledTaskConfig):
     """Evaluation sweep over policies, context modes, block lengths and thresholds."""
 
     model: str = "builtin:tiny"
@@ -76,27 +76,6 @@ class EvalConfig(ModelLoading):
     """Run directory for results.parquet, summary.json and config."""
     progress_bar: bool = True
     """Show a progress bar."""
-    task: str | None = None
-    """Score a task instead of continuing corpus prompts: 'humaneval' (pass@k on HumanEval, every run free-running;
-    the model's code runs, so it needs --confirm_run_unsafe_code). docs/guides/humaneval.md."""
-    problems: str | None = None
-    """The task's problems: a Python slice over the task order ('0:20', '100:110'; quote it in YAML) or task ids
-    ('HumanEval/0,HumanEval/5'); default: all."""
-    prompt_format: str = "auto"
-    """How the task is put to the model: 'chat' (its chat template; the code is taken from the answer), 'completion'
-    (the function prompt, cut at HumanEval's stop sequences) or 'auto' (chat where the tokenizer has a template)."""
-    n_samples: int = 1
-    """Samples per problem of the sampling runs (ar_sample); pass@k for every k ≤ n_samples. Greedy runs draw one."""
-    exec_timeout: float = 10.0
-    """Wall-time limit of each model-written program (seconds)."""
-    exec_workers: int = 0
-    """Programs run at a time (0: one per core)."""
-    confirm_run_unsafe_code: bool = False
-    """Allow the task's model-written code to run, each program in its own process with time, memory and CPU limits,
-    in a fresh temporary folder (a bare flag)."""
-
-    BARE_FLAGS: ClassVar[tuple[str, ...]] = ("confirm_run_unsafe_code",)
-
     def __post_init__(self):
         if self.task:                           # a task is decoded free-running (no real continuation to reset to)
             self.modes = ["free"]

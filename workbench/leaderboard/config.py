@@ -2,17 +2,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from ..decoding.base import DecodeError, check_precision, check_threshold
 from ..decoding.sampling import check_sampling
 from ..model.loading import ModelLoading
+from ..tasks.run import SampledTaskConfig
 
 MODES = ("real", "free")
 
 
 @dataclass
-class LeaderboardConfig(ModelLoading):
+class LeaderboardConfig(ModelLoading, SampledTaskConfig):
     """One table of every registered decoder against the SOL ceilings, on the same prompts."""
 
     model: str = "builtin:tiny"
@@ -88,29 +88,6 @@ class LeaderboardConfig(ModelLoading):
     results_table: str | None = None
     """Also append this run's figures to a results table (JSON lines; the repository's is
     benchmarks/results.jsonl, rendered into the README's headline table by scripts/render_results.py)."""
-    task: str | None = None
-    """Decode a task's problems instead of corpus prompts and add its accuracy: 'humaneval' (pass@k and AUP columns,
-    samples.jsonl, pass_at_1.png; every row free-running; the model's code runs, so it needs
-    --confirm_run_unsafe_code). docs/guides/humaneval.md."""
-    problems: str | None = None
-    """The task's problems: a Python slice over the task order ('0:20', '100:110'; quote it in YAML) or task ids
-    ('HumanEval/0,HumanEval/5'); default: all."""
-    prompt_format: str = "auto"
-    """How the task is put to the model: 'chat' (its chat template; the code is taken from the answer), 'completion'
-    (the function prompt, cut at HumanEval's stop sequences) or 'auto' (chat where the tokenizer has a template)."""
-    n_samples: int = 1
-    """Samples per problem of the sampling decoders (ar_sample, at --temperature); pass@k for every k ≤ n_samples.
-    Greedy decoders draw one."""
-    exec_timeout: float = 10.0
-    """Wall-time limit of each model-written program (seconds)."""
-    exec_workers: int = 0
-    """Programs run at a time (0: one per core)."""
-    confirm_run_unsafe_code: bool = False
-    """Allow the task's model-written code to run, each program in its own process with time, memory and CPU limits,
-    in a fresh temporary folder (a bare flag)."""
-
-    BARE_FLAGS: ClassVar[tuple[str, ...]] = ("confirm_run_unsafe_code",)
-
     def __post_init__(self):
         if self.task:                           # a task is decoded free-running (no real continuation to reset to)
             self.modes = ["free"]

