@@ -59,8 +59,8 @@ def test_lossless_and_needs_are_the_registrys():
 
 def _figures_of(name: str) -> list[float]:
     """Every figure ``benchmarks/results.jsonl`` holds for decoder ``name`` (a segment of its key)."""
-    return [float(r["value"]) for r in _results()
-            if name in r["key"].split("/") and isinstance(r["value"], (int, float)) and not isinstance(r["value"], bool)]
+    return [float(r["value"]) for r in _results() if name in r["key"].split("/")
+            and isinstance(r["value"], (int, float)) and not isinstance(r["value"], bool)]
 
 
 @pytest.mark.parametrize("row", _table(), ids=lambda r: r["names"][0])

@@ -1,4 +1,4 @@
-"""The Python API page runs as written: ``docs/python-api.md``'s ``pycon`` blocks are one doctest session, and each
+"""The Python API page runs as written: ``docs/python-api.md``'s ``pycon`` blocks are one doctest, and each
 printed value must equal what the page shows, so a changed result fails here. The page's ``wb.<name>`` uses are the
 public API, exactly what ``workbench.__all__`` exports; ``import workbench`` stays cheap (its names load lazily)."""
 import doctest

@@ -106,7 +106,8 @@ def _commands():
 
 def main(argv: list[str] | None = None) -> int:
     """The ``workbench`` command: dispatch ``argv`` (default ``sys.argv[1:]``) to a stage's CLI; returns the exit code
-    (0 ok; 2 a user error, in one line; 1 a full disk, in one line; 130 / 143 interrupted by SIGINT / SIGTERM).
+    (0 ok; 2 a user error, in one line; 1 a full disk or out of memory, in one line; 130 / 143 interrupted by SIGINT /
+    SIGTERM).
     Signals are handled from the first line on, library imports included (:mod:`workbench.interrupts`)."""
     from .interrupts import Interrupted, raise_on_signals
 
@@ -132,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(cmd: str, rest: list[str]) -> int:
-    """Run command ``cmd`` (with its subcommand) on ``rest``; user errors and a full disk become one line."""
+    """Run command ``cmd`` (with its subcommand) on ``rest``; user errors, a full disk and an allocation that does
+    not fit (:func:`out_of_memory`) become one line."""
     _quiet_libraries()
     commands = _commands()
     name = cmd.split()[0]
@@ -155,6 +157,40 @@ def _run(cmd: str, rest: list[str]) -> int:
         return 1
     except USER_ERRORS as e:
         return _one_line(cmd, e)
+    except (MemoryError, RuntimeError) as e:
+        line = out_of_memory(e)
+        if line is None:
+            raise
+        print(f"workbench {cmd}: error: {line}", file=sys.stderr)
+        return 1
+
+
+#: What to change when a command runs out of memory (every command has some of these options).
+OOM_HINT = ("decode or train fewer rows at once (--batch_size; sol: --max_rows), shorten the sequences (--gen_len, "
+            "--prompt_len, --seq_len), or store the weights in bf16 (--precision bf16-true)")
+
+
+def out_of_memory(e: BaseException) -> str | None:
+    """The one-line report of an allocation that did not fit, or None when ``e`` is not one: a CUDA
+    ``torch.OutOfMemoryError`` (what it tried to allocate and what the device has free, from its message), a CPU
+    allocator failure (torch's ``DefaultCPUAllocator`` ``RuntimeError``) or a ``MemoryError`` (numpy's names the
+    array). The command exits with status 1, as for a full disk: the input is valid, the machine lacks room."""
+    import re
+
+    msg = " ".join(str(e).split())
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(e, getattr(torch, "OutOfMemoryError", ())):
+        keep = [x.rstrip(".") for x in re.split(r"(?<=\.) ", msg) if re.match(r"Tried to allocate|GPU \d+ has", x)]
+        where = "GPU memory"
+        detail = "; ".join(x.replace("Tried", "tried", 1) for x in keep)
+    elif isinstance(e, MemoryError):
+        where, detail = "memory", msg.rstrip(".")
+    elif "DefaultCPUAllocator" in msg:
+        found = re.search(r"tried to allocate (\d+) bytes", msg)
+        where, detail = "CPU memory", f"tried to allocate {int(found.group(1)):,} bytes" if found else ""
+    else:
+        return None
+    return f"out of {where}{f' ({detail})' if detail else ''}: {OOM_HINT}"
 
 
 def _one_line(cmd: str, e: BaseException) -> int:
