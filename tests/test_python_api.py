@@ -24,9 +24,15 @@ def _session() -> str:
 
 def test_the_python_api_page_runs_as_a_doctest(tmp_path, monkeypatch):
     """Every example of the page, in fp32 on one thread (as the page says its outputs were made), from a fresh
-    working folder; random states and the thread count are restored afterwards."""
+    working folder (its temporary folders inside the test's); random states, the thread count and the environment
+    (Lightning's seed variable) are restored afterwards."""
+    import os
+    import tempfile
+
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setenv("WORKBENCH_NATIVE_BF16", "0")
+    environ = dict(os.environ)
     threads, rng = torch.get_num_threads(), (torch.get_rng_state(), np.random.get_state(), random.getstate())
     torch.set_num_threads(1)
     try:
@@ -35,6 +41,8 @@ def test_the_python_api_page_runs_as_a_doctest(tmp_path, monkeypatch):
         report = []
         runner.run(test, out=report.append)
     finally:
+        for k in set(os.environ) - set(environ):          # e.g. PL_GLOBAL_SEED, set by the collection
+            del os.environ[k]
         torch.set_num_threads(threads)
         torch.set_rng_state(rng[0])
         np.random.set_state(rng[1])
