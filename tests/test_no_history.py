@@ -23,17 +23,20 @@ HISTORY = re.compile(
 #: shipped config writes or reads (``out_dir: runs/train_tiny_leg3``) is the reader's own and allowed.
 PRIVATE_RUN = re.compile(r"runs/(?:lb_[\w.-]*|legs?\d*\b|[\w.-]*_leg\d+[a-z]?\b|demo_(?:tiny)?s?\d+\b|"
                          r"[\w.-]*_s\d+\b|[\w.-]*_b32_1blk\b)")
+#: A date in the package's code, docstrings and configs, or in the docs pages but the results pages: who did what
+#: when belongs in the lab notebook (a figure's measurement date stays, on the results pages and the README's headline).
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 #: What scrubbing left behind in prose: an opening parenthesis followed by a space, a doubled word, ";)".
 ARTEFACT = re.compile(r"\( (?=[A-Za-z0-9])|\b([A-Za-z]{3,}) \1\b|;\)")
 
 
 def user_facing_files() -> list[Path]:
     """Every user-facing text file: README, CHANGELOG, CITATION, docs/ (Markdown and the site's Python, not the lab
-    notebook page, the build or the notebooks' executed runs), notebooks/, and workbench/ (code, configs, assets'
-    JSON records)."""
+    notebook page, the build, and the pages the build generates: the notebooks' executed runs and pages, the CLI and
+    API references, whose sources are scanned), notebooks/, and workbench/ (code, configs, assets' JSON records)."""
     out = [REPO / "README.md", REPO / "CHANGELOG.md", REPO / "CITATION.cff"]
     for p in sorted((REPO / "docs").rglob("*")):
-        if p.suffix in (".md", ".py") and not {"_build", "notebook_runs"} & set(p.parts) \
+        if p.suffix in (".md", ".py") and not {"_build", "notebook_runs", "notebooks", "reference"} & set(p.parts) \
                 and p.name != "lab-notebook.md":
             out.append(p)
     out += sorted((REPO / "notebooks").glob("*.ipynb"))
@@ -101,9 +104,13 @@ def test_no_working_history_in_user_facing_text():
     assert not any(p.name == "lab-notebook.md" for p in files)
     found = []
     for p in files:
+        rel = p.relative_to(REPO)
+        dated = rel.suffix in (".py", ".yaml") or (rel.parts[0] == "docs" and rel.parts[1] != "results"
+                                                   and rel.name != "results.md")
         for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
-            for hit in history_hits(line, prose=p.suffix == ".md", allowed_runs=allowed, record=p.suffix == ".json"):
-                found.append(f"{p.relative_to(REPO)}:{i}: {hit!r}")
+            hits = history_hits(line, prose=p.suffix == ".md", allowed_runs=allowed, record=p.suffix == ".json")
+            hits += DATE.findall(line) if dated else []
+            found += [f"{rel}:{i}: {hit!r}" for hit in hits]
     assert not found, f"{len(found)} working-history hits:\n" + "\n".join(found[:40])
 
 
