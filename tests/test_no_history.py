@@ -69,7 +69,8 @@ def history_hits(text: str, prose: bool, allowed_runs: set[str] = frozenset(), r
 
 @pytest.mark.parametrize("text", [
     "a lent GPU", "the next lease", "sixteenth session", "as in issue 57 §1", "Issue 26 §3", "the issue's targets",
-    "on this day's machine", "the same morning", "(deer.txt §3)", "see simsd.txt", "I-DLM (../shared/papers/i-dlm.txt)",
+    "on this day's machine", "the same morning", "(deer.txt §3)", "see simsd.txt",
+    "I-DLM (../shared/papers/i-dlm.txt)",
     "`runs/lb_grid_leg3`", "runs/smollm2_store_leg5", "runs/lb_tiny_sol_s13", "pack_lease.sh pack", "session 8",
 ])
 def test_the_scan_flags_working_history(text):

@@ -151,7 +151,8 @@ def leaderboard_figures(df, cfg, ceilings=None, command: str | None = None,
     greedy's), ``lossless``, ``agree_serial`` and the ``ceiling_tpf`` its decoder is measured against (and on a task,
     ``pass@1`` and ``aup``); per ceiling, its SOL value. ``command`` is the command that reproduces the run (the
     leaderboard passes :func:`options_command` of its config; default: the prompts, lengths and precision only);
-    the figures of the ``sampling`` decoders record :data:`SAMPLING_SEED`, the others no seed. Keys: ``leaderboard/<model>/<mode>/<decoder>/B<B>/t<τ>/<metric>``,
+    the figures of the ``sampling`` decoders record :data:`SAMPLING_SEED`, the others no seed. Keys:
+    ``leaderboard/<model>/<mode>/<decoder>/B<B>/t<τ>/<metric>``,
     with the task's name (``humaneval``) in place of the mode for a task run."""
     import math
 

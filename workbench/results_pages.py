@@ -12,8 +12,6 @@ keeps the pages on disk equal to what this module renders.
 """
 from __future__ import annotations
 
-import math
-
 from workbench.results import ABOVE_CEILING, FIELDS, above_ceiling, latest
 
 #: The longest a table cell may be (characters); longer text is cut with ``…``.
@@ -49,9 +47,9 @@ BOARD_COLUMNS = {"tpf": "tokens per forward", "speedup": "speed vs AR greedy", "
                  "aup": "AUP"}
 #: Run-to-run spread measured outside the table (the lab notebook), quoted on the methodology page.
 MEASURED_SPREAD = (
-    "`make demo` wall time, six clean-clone runs with the shipped tiny model (lab notebook): `workbench demo` 474–561 s "
-    "in-process (about ±8 % around the middle), `make demo` 8 min 56 s to 10 min 33 s with the environment's set-up. "
-    "On the real model the demo's stages have run 1.3–2× slower on one machine from one period to another: compare "
+    "`make demo` wall time, six clean-clone runs with the shipped tiny model (lab notebook): `workbench demo` "
+    "474–561 s in-process (about ±8 % around the middle), `make demo` 8 min 56 s to 10 min 33 s with the "
+    "environment's set-up. On the real model the demo's stages have run 1.3–2× slower on one machine from one period to another: compare "
     "wall-clock figures measured on the same machine and day.")
 #: What the methodology page says a target and a ceiling are.
 TARGETS_TEXT = (
