@@ -1,14 +1,14 @@
-"""Validation acceptance against training tokens, over every leg of a shipped adapter (issue 26 §5).
+"""Validation acceptance against training tokens, over every leg of a shipped adapter.
 
 Reads ``<asset>/workbench.json`` (its ``legs``: steps, train_tokens, log file per leg) and each leg's training log
 (Lightning CSV, steps counted from 0 in every leg), and plots ``val/tau`` (linear self-speculation τ decoded on the
 held-out prompts, NLD §3.3) and ``val/tau_tf`` (teacher-forced τ) against the cumulative training tokens, one marker
-per leg. A ``--branch`` adds a run that continued the same leg but was not shipped (the data arm of issue 26's
+per leg. A ``--branch`` adds a run that continued the same leg but was not shipped (the text arm of the
 comparison of training data), drawn from the tokens where it branched off. Usage::
 
     python scripts/plot_legs.py workbench/assets/smollm2-135m-trimode docs/smollm2_val_tau.png \
-        --branch "leg 4, data arm (stdlib text)" docs/smollm2_trimode_gpu4_data_log.csv 3 \
-        --branch "leg 6, fresh answers" docs/smollm2_trimode_gpu6_distill_log.csv 5 16384
+        --branch "leg 4, data arm (stdlib text)" docs/smollm2_trimode_leg4_text_log.csv 3 \
+        --branch "leg 6, fresh answers" docs/smollm2_trimode_leg6_distill_log.csv 5 16384
 """
 from __future__ import annotations
 

@@ -70,3 +70,56 @@ def test_benchmark_lines_become_figures():
                                                                          "ok": True, "spread": [1, 2]})
     assert sorted(f["metric"] for f in figs) == ["ms", "ratio"]                 # measured: the floats
     assert figs[0]["key"] == "bench/bench_x/batch=8,benchmark=decode,policy=ar/ms"  # the setting names them
+
+
+def test_appended_figures_carry_versions_and_seed(tmp_path):
+    from workbench.results import missing_provenance, versions
+
+    table = tmp_path / "r.jsonl"
+    append_results([{"key": "k", "metric": "tpf", "value": 1.5},
+                    {"key": "s", "metric": "auc", "value": 0.9, "seed": 3}], table)
+    rows = load_results(table)
+    assert rows[0]["versions"] == versions() and rows[0]["versions"]["torch"] and rows[0]["versions"]["python"]
+    assert rows[0]["seed"] is None and rows[1]["seed"] == 3 and rows[0]["carried_over"] is None
+    assert all(missing_provenance(r) == [] for r in rows)
+    assert missing_provenance({"date": "2026-11-21", "commit": None, "versions": {}}) == [
+        "seed", "commit", "versions.torch", "versions.transformers", "versions.workbench"]
+    assert missing_provenance({"date": "2026-11-21", "seed": None, "commit": None, "versions": {},
+                               "carried_over": "measured before the table stamped versions"}) == []
+
+
+def test_a_leaderboard_figure_records_the_command_that_reproduces_it():
+    import shlex
+
+    from workbench.cli_args import parse_dataclass
+    from workbench.leaderboard.config import LeaderboardConfig
+    from workbench.results import dataclass_defaults, options_command
+
+    cfg = LeaderboardConfig(model="m", n_prompts=4, batch_size=8, block_lengths=[8], thresholds=[0.9],
+                            decoders=["ar_greedy", "confidence", "ar_sample"], sol=False, out_dir="elsewhere")
+    cmd = options_command("workbench leaderboard", cfg, dataclass_defaults(LeaderboardConfig),
+                          bare_flags=LeaderboardConfig.BARE_FLAGS)
+    assert cmd == ('workbench leaderboard --model m --n_prompts 4 --block_lengths "[8]" --thresholds "[0.9]" '
+                   '--decoders "[ar_greedy, confidence, ar_sample]" --sol false --batch_size 8')
+    again = parse_dataclass("workbench leaderboard", LeaderboardConfig, shlex.split(cmd)[2:])
+    assert {**vars(again), "out_dir": "elsewhere"} == vars(cfg)               # the same run, but where it goes
+
+    cfg_ns, df = _board()
+    df = pd.concat([df, pd.DataFrame([dict(decoder="ar_sample", mode="free", block_length=0, threshold=math.nan,
+                                           status="ok", tpf=1.0, speedup=0.9, lossless=False, agree_serial=0.4,
+                                           ceiling=None, ceiling_tpf=math.nan)])])
+    figures = leaderboard_figures(df, cfg_ns, command=cmd, sampling={"ar_sample"})
+    assert {f["command"] for f in figures} == {cmd}
+    assert {f["seed"] for f in figures if "/ar_sample/" in f["key"]} == {0}
+    assert {f["seed"] for f in figures if "/ar_sample/" not in f["key"]} == {None}
+    default = leaderboard_figures(df, cfg_ns)[0]["command"]
+    assert "--batch_size 16" in default and "--precision fp32" in default
+
+
+def test_the_headline_explains_rows_above_their_ceiling(tmp_path):
+    cfg, df = _board()
+    table = tmp_path / "r.jsonl"
+    append_results(leaderboard_figures(df, cfg), table)
+    md = headline_markdown(load_results(table), "m")
+    assert "Above the ceiling: `ss_linear` (2.80 > 2.00): not explained yet" in md   # the board's made-up row
+    assert "torch " in md.split("Setting:")[1]                                      # the versions it ran with

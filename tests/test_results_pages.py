@@ -26,6 +26,27 @@ def test_the_pages_on_disk_are_the_tables():
     assert "results/*" in (ROOT / "docs" / "results.md").read_text()          # the pages are in the site's toctree
 
 
+def test_every_figure_carries_its_provenance():
+    import datetime
+    import re
+
+    from workbench.results import missing_provenance
+
+    rows = load_results()
+    for r in rows:
+        assert missing_provenance(r) == [], (r["key"], missing_provenance(r))
+        assert re.fullmatch(r"[0-9a-f]{7,40}", r["commit"]), r["key"]          # a commit, carried over or not
+        assert datetime.date.fromisoformat(r["date"]) <= datetime.date.today()
+        v = r["versions"]
+        assert v["torch"] and v["workbench"], r["key"]
+        if not v.get("transformers"):
+            assert "not recorded" in r["carried_over"], r["key"]                # a missing version says why
+    assert len({r["date"] for r in rows}) >= 5                                  # measured on their own days
+    seeded = [r for r in rows if r["seed"] is not None]
+    assert seeded and all(r["key"].split("/")[2] in ("conversion", "sampler", "data_comparison", "lk_align", "ddp")
+                          for r in seeded)
+
+
 def test_every_figure_has_a_key_a_value_and_a_command():
     rows = load_results()
     assert rows
@@ -58,23 +79,52 @@ def test_migrated_figures_carry_their_machine_and_target():
     assert cur["results/smollm2-135m-trimode/conversion/train_tokens"]["machine"]["gpu"] == "H100"
 
 
+def _cells(text: str) -> list[str]:
+    return [c.strip() for line in text.splitlines() if line.startswith("| ")
+            for c in line.strip().strip("|").replace("\\|", "¦").split("|")]
+
+
 def test_the_renderer_uses_current_figures_and_bounded_cells(tmp_path):
     table = tmp_path / "r.jsonl"
-    long_cmd = "workbench leaderboard " + "--x 1 " * 80
+    long_unit = "tokens " * 80
     append_results([{"key": "results/m/a/tpf", "metric": "tpf", "value": 1.5, "command": "workbench a"},
-                    {"key": "results/m/a/tpf", "metric": "tpf", "value": 2.25, "command": long_cmd,
-                     "setting": "a | b"},
-                    {"key": "bench/s/x/speed", "metric": "speed", "value": True, "command": "python b.py"}],
+                    {"key": "results/m/a/tpf", "metric": "tpf", "value": 2.25, "command": "workbench a --b 1",
+                     "setting": "a | b", "unit": long_unit},
+                    {"key": "bench/s/x=1/speed", "metric": "speed", "value": True, "command": "python b.py",
+                     "setting": "x=1"}],
                    table)
     pages = results_pages(load_results(table))
     assert set(pages) == {"m", "bench", "methodology"}
-    assert "| 2.25 |" in pages["m"] and "| 1.5 |" not in pages["m"] and "a \\| b" in pages["m"]
+    assert "| 2.25 |" in pages["m"] and "| 1.5 |" not in pages["m"]
+    assert "## A" in pages["m"] and "Setting: a | b" in pages["m"] and "`workbench a --b 1`" in pages["m"]
     assert "| yes |" in pages["bench"]
-    real = results_pages(load_results())
-    for text in [*pages.values(), *real.values()]:
-        for line in text.splitlines():
-            if line.startswith("| "):
-                cells = line.strip().strip("|").replace("\\|", "¦").split("|")
-                assert max(len(c.strip()) for c in cells) <= MAX_CELL + 2, line
-    assert "…" in pages["m"]
-    assert "six clean-clone runs" in real["methodology"] and "AMD EPYC" in real["methodology"]
+    assert max(len(c) for c in _cells(pages["m"])) == MAX_CELL and "…" in pages["m"]      # the long unit, cut
+
+
+def test_no_cell_of_the_results_pages_is_longer_than_300_characters():
+    assert MAX_CELL == 300
+    texts = [*results_pages(load_results()).values(), (ROOT / "docs" / "results.md").read_text()]
+    assert sum(len(_cells(text)) for text in texts) > 500
+    for text in texts:
+        assert all(len(c) <= MAX_CELL for c in _cells(text))
+
+
+def test_one_table_per_task_with_its_setting_above():
+    page = results_pages(load_results())["smollm2-135m-trimode"]
+    sections = page.split("\n## ")[1:]
+    assert len(sections) >= 10
+    for section in sections:
+        title, body = section.split("\n", 1)
+        assert sum(line.startswith("|---") for line in body.splitlines()) == 1, title   # one table
+        assert body.index("Setting") < body.index("|---"), title           # the setting above it
+    assert len({s.split("\n", 1)[0] for s in sections}) == len(sections)   # one section per task
+
+
+def test_rows_above_their_ceiling_are_explained_where_they_occur():
+    pages = results_pages(load_results())
+    board = pages["smollm2-135m-trimode"].split("## Leaderboard, free-running")[1].split("\n## ")[0]
+    assert "`ss_quadratic` is above its ceiling" in board and "`deer` is above its ceiling" in board
+    assert "`ss_quadratic` is above its ceiling" in pages["tiny"]
+    assert "not explained yet" not in "".join(pages.values())
+    readme = (ROOT / "README.md").read_text()
+    assert "Above the ceiling: `ss_quadratic`" in readme and "`deer` (1.21 > 1.14)" in readme

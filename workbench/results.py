@@ -1,26 +1,39 @@
 """Results as data: one table of measured figures, ``benchmarks/results.jsonl`` (JSON lines, one figure per line).
 
 Every figure carries what it needs to be rerun and compared: ``date``, ``commit``, ``machine`` (CPU model, cores,
-GPU), ``model`` and ``adapter``, the ``command`` that measured it, a ``setting`` line (prompts, tokens, precision),
-``metric``, ``value``, ``unit``, ``target`` (or None) and a ``key`` naming the figure. The latest line of a key is
+GPU), ``versions`` (python, torch, transformers and the workbench), the ``seed`` where one applies (a training run, a
+sampling decoder; None for greedy decoding and timings), ``model`` and ``adapter``, the ``command`` that measured it,
+a ``setting`` line (prompts, tokens, precision), ``metric``, ``value``, ``unit``, ``target`` (or None) and a ``key``
+naming the figure. ``carried_over`` is None for a figure stamped when it was measured, else the reason its commit,
+date or versions were filled in afterwards (figures measured before the table existed). The latest line of a key is
 its current value; earlier lines are its history. ``workbench leaderboard --results_table PATH`` (and the demo,
 which runs it) and the benchmark scripts append their figures; :func:`headline_markdown` renders the README's
 headline table from the table (``scripts/render_results.py``; a test checks that the two agree).
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
 import platform
 import subprocess
+import sys
+from importlib import metadata
 from pathlib import Path
 
 #: The repository's results table.
 RESULTS_TABLE = Path(__file__).resolve().parents[1] / "benchmarks" / "results.jsonl"
 #: Fields of a figure, in the order they are written.
 FIELDS = ("key", "metric", "value", "unit", "target", "model", "adapter", "command", "setting", "date", "commit",
-          "machine")
+          "machine", "versions", "seed", "carried_over")
+#: The fields every figure must carry (``versions`` with :data:`VERSIONED` inside); see :func:`missing_provenance`.
+PROVENANCE = ("date", "commit", "versions")
+#: The packages whose versions a figure records, besides python.
+VERSIONED = ("torch", "transformers", "workbench")
+#: The base seed of a sampling decoder in a decode run: batch ``c`` draws with ``SAMPLING_SEED + c``
+#: (:func:`workbench.evaluation.harness.decode_prompts`).
+SAMPLING_SEED = 0
 
 
 def machine() -> dict:
@@ -54,12 +67,39 @@ def commit() -> str | None:
     return out.stdout.strip() or None
 
 
+def versions() -> dict:
+    """The versions a figure is measured with: ``python``, ``torch``, ``transformers`` and ``workbench`` (the
+    installed distribution's version; None for one that is not installed)."""
+    out = {"python": platform.python_version()}
+    for name in VERSIONED:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            module = sys.modules.get(name)
+            out[name] = getattr(module, "__version__", None)
+    return out
+
+
+def missing_provenance(row: dict) -> list[str]:
+    """The provenance a figure lacks, empty when it has it all: a ``date`` and a ``seed`` field (None where no seed
+    applies) always; a ``commit`` and ``versions`` with every package of :data:`VERSIONED` unless ``carried_over``
+    gives the reason they could not be recorded."""
+    missing = [f for f in ("date",) if not row.get("date")] + [f for f in ("seed",) if f not in row]
+    if not row.get("carried_over"):
+        got = row.get("versions") or {}
+        missing += [f for f in ("commit",) if not row.get(f)]
+        missing += [f"versions.{name}" for name in VERSIONED if not got.get(name)]
+    return missing
+
+
 def append_results(figures: list[dict], path: str | Path = RESULTS_TABLE) -> int:
     """Append ``figures`` (dicts with at least ``key``, ``metric``, ``value``) to the table at ``path``, stamping
-    ``date``, ``commit`` and ``machine`` where they are missing. Each line is written whole (one ``write`` of the
-    line, flushed), so a killed run never leaves half a figure. Returns the number of figures appended. Raises
-    ``ValueError`` for a figure without ``key``, ``metric`` or ``value``."""
-    stamp = {"date": datetime.date.today().isoformat(), "commit": commit(), "machine": machine()}
+    ``date``, ``commit``, ``machine`` and ``versions`` where they are missing (``seed`` None and ``carried_over``
+    None unless given). Each line is written whole (one ``write`` of the line, flushed), so a killed run never
+    leaves half a figure. Returns the number of figures appended. Raises ``ValueError`` for a figure without
+    ``key``, ``metric`` or ``value``."""
+    stamp = {"date": datetime.date.today().isoformat(), "commit": commit(), "machine": machine(),
+             "versions": versions(), "seed": None, "carried_over": None}
     lines = []
     for f in figures:
         missing = [k for k in ("key", "metric", "value") if k not in f]
@@ -104,27 +144,28 @@ def latest(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
-def leaderboard_figures(df, cfg, ceilings=None) -> list[dict]:
+def leaderboard_figures(df, cfg, ceilings=None, command: str | None = None,
+                        sampling: frozenset[str] | set[str] = frozenset()) -> list[dict]:
     """The figures of a leaderboard run (``df``: its table; ``cfg``: its
     :class:`~workbench.leaderboard.config.LeaderboardConfig`): per decoded row, ``tpf``, ``speedup`` (tokens/s ÷ AR
     greedy's), ``lossless``, ``agree_serial`` and the ``ceiling_tpf`` its decoder is measured against (and on a task,
-    ``pass@1`` and ``aup``); per ceiling, its SOL value. Keys: ``leaderboard/<model>/<mode>/<decoder>/B<B>/t<τ>/<metric>``,
+    ``pass@1`` and ``aup``); per ceiling, its SOL value. ``command`` is the command that reproduces the run (the
+    leaderboard passes :func:`options_command` of its config; default: the prompts, lengths and precision only);
+    the figures of the ``sampling`` decoders record :data:`SAMPLING_SEED`, the others no seed. Keys:
+    ``leaderboard/<model>/<mode>/<decoder>/B<B>/t<τ>/<metric>``,
     with the task's name (``humaneval``) in place of the mode for a task run."""
     import math
 
     setting = (f"{cfg.n_prompts} {cfg.split} prompts of {cfg.corpus}, {cfg.prompt_len}-token prompts × {cfg.gen_len} "
                f"tokens, {cfg.precision}, batch {cfg.batch_size}")
-    command = (f"workbench leaderboard --model {cfg.model} --n_prompts {cfg.n_prompts} --prompt_len {cfg.prompt_len} "
-               f"--gen_len {cfg.gen_len} --block_lengths \"{list(cfg.block_lengths)}\" --thresholds "
-               f"\"{list(cfg.thresholds)}\" --precision {cfg.precision}")
+    command = command or (f"workbench leaderboard --model {cfg.model} --n_prompts {cfg.n_prompts} --prompt_len "
+                          f"{cfg.prompt_len} --gen_len {cfg.gen_len} --block_lengths \"{list(cfg.block_lengths)}\" "
+                          f"--thresholds \"{list(cfg.thresholds)}\" --precision {cfg.precision} --batch_size "
+                          f"{cfg.batch_size}")
     task = getattr(cfg, "task", None)
     if task:                                    # a task run: its problems, not corpus prompts
         setting = (f"{task} problems {cfg.problems or 'all'} ({cfg.prompt_format} format), up to {cfg.gen_len} tokens, "
                    f"{cfg.precision}, batch {cfg.batch_size}")
-        command = (f"workbench leaderboard --model {cfg.model} --task {task} --problems {cfg.problems or '0:164'} "
-                   f"--prompt_format {cfg.prompt_format} --gen_len {cfg.gen_len} --block_lengths "
-                   f"\"{list(cfg.block_lengths)}\" --thresholds \"{list(cfg.thresholds)}\" --precision {cfg.precision} "
-                   "--confirm_run_unsafe_code")
     base = {"model": cfg.model, "adapter": cfg.adapter, "command": command, "setting": setting}
     units = {"tpf": "tokens per target forward", "speedup": "× AR greedy tokens/s", "lossless": "bool",
              "agree_serial": "token agreement", "pass@1": "share of problems passed", "aup": "AUP (d3LLM)"}
@@ -144,14 +185,76 @@ def leaderboard_figures(df, cfg, ceilings=None) -> list[dict]:
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 continue
             figures.append({**base, "key": f"{tag}/{metric}", "metric": metric, "unit": unit,
-                            "value": bool(value) if metric == "lossless" else float(value), "target": None})
+                            "value": bool(value) if metric == "lossless" else float(value), "target": None,
+                            "seed": SAMPLING_SEED if r["decoder"] in sampling else None})
     if ceilings is not None and len(ceilings):
         for _, c in ceilings.iterrows():
             figures.append({**base, "key": f"leaderboard/{cfg.model}/{task or 'free'}/SOL({c['ceiling']})/"
                                           f"B{int(c['block_length'])}"
                                           f"/sol", "metric": "sol", "value": float(c["sol"]),
-                            "unit": "tokens per forward", "target": None})
+                            "unit": "tokens per forward", "target": None, "seed": None})
     return figures
+
+
+#: Options of a run that do not change its figures, left out of the command a figure records.
+NOT_MEASURED = ("out_dir", "progress_bar", "results_table", "device", "skip_missing", "config")
+
+
+def dataclass_defaults(cls) -> dict:
+    """``{field: default}`` of the config dataclass ``cls`` (a default factory is called; None without a default)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+        else:
+            out[f.name] = None
+    return out
+
+
+def options_command(prefix: str, cfg, defaults: dict, first: tuple[str, ...] = ("model",),
+                    bare_flags: tuple[str, ...] = ()) -> str:
+    """The command line ``prefix`` + the options of ``cfg`` that reproduce its run: the ``first`` options always,
+    then every option of ``defaults`` whose value in ``cfg`` differs from its default, but those of
+    :data:`NOT_MEASURED` (lists as ``"[a, b]"``, booleans as ``true``/``false``, a true bare flag alone)."""
+    parts = [prefix] + [f"--{name} {getattr(cfg, name)}" for name in first if hasattr(cfg, name)]
+    for name, default in defaults.items():
+        if name in first or name in NOT_MEASURED or not hasattr(cfg, name):
+            continue
+        value = getattr(cfg, name)
+        if value == default:
+            continue
+        if name in bare_flags and value is True:
+            parts.append(f"--{name}")
+        elif isinstance(value, (list, tuple)):
+            parts.append(f'--{name} "[{", ".join(str(v) for v in value)}]"')
+        elif isinstance(value, bool):
+            parts.append(f"--{name} {str(value).lower()}")
+        else:
+            parts.append(f"--{name} {value}")
+    return " ".join(parts)
+
+
+#: Why a decoder's tokens per forward can exceed its ceiling (the SOL it is measured against), by decoder: said under
+#: every table that shows such a row (the README's headline, the results pages).
+ABOVE_CEILING = {
+    "ss_quadratic": "each of its forwards also commits the verifier's AR token, which SOL's schedules of "
+                    "diffusion-mode forwards alone do not (NLD App. C)",
+    "deer": "its drafts come from a separate drafter whose forwards tokens per forward does not count (one target "
+            "forward per cycle), so the target's own SOL does not bound it; cost_tpf counts them",
+    "diffuspec": "with a separate drafter, its drafter's forwards are not counted in tokens per forward, so the "
+                 "target's own SOL does not bound it; cost_tpf counts them",
+    "diffuspec_argmax": "with a separate drafter, its drafter's forwards are not counted in tokens per forward, so the "
+                        "target's own SOL does not bound it; cost_tpf counts them",
+    "simsd": "its drafts come from a separate drafter whose forwards tokens per forward does not count, so the "
+             "target's own SOL does not bound it; cost_tpf counts them",
+}
+
+
+def above_ceiling(tpf: float, ceiling: float) -> bool:
+    """True when ``tpf`` exceeds ``ceiling`` by more than rounding (1e-6)."""
+    return tpf > ceiling + 1e-6
 
 
 #: The decoders of the README's headline table, in order (at most 8; a decoder missing from the source is left out).
@@ -162,7 +265,8 @@ def headline_markdown(rows: list[dict], model: str, block_length: int = 8, thres
     """The README's headline table from the results table's current figures (:func:`latest`): the free-running
     leaderboard rows of ``model`` at ``block_length`` (diffusion decoders at ``threshold``), one line per decoder of
     :data:`HEADLINE_DECODERS` with tokens per forward, speed against AR greedy, lossless or not, and its ceiling;
-    then the setting line (prompts, precision, machine, commit, command). Raises ``ValueError`` when the table has
+    then why any row is above its ceiling (:data:`ABOVE_CEILING`) and the setting line (prompts, precision,
+    machine, commit, date, versions, command). Raises ``ValueError`` when the table has
     no figure of ``model``."""
     cur = latest(rows)
     prefix = f"leaderboard/{model}/free/"
@@ -177,6 +281,7 @@ def headline_markdown(rows: list[dict], model: str, block_length: int = 8, thres
 
     lines = ["| decoder | tokens per forward | speed vs AR greedy | lossless | ceiling (tokens per forward) |",
              "|---|---|---|---|---|"]
+    notes = []
     used = None
     for d in HEADLINE_DECODERS:
         tpf = fig(d, "tpf")
@@ -190,16 +295,26 @@ def headline_markdown(rows: list[dict], model: str, block_length: int = 8, thres
         ceiling_s = "" if ceiling is None else f"{ceiling['value']:.2f} ({ceiling['unit'].split(', ')[-1]})"
         lossless_s = "yes" if lossless and lossless["value"] else "no"
         lines.append(f"| `{d}` | {tpf['value']:.2f} | {speed_s} | {lossless_s} | {ceiling_s} |")
+        if ceiling is not None and above_ceiling(tpf["value"], ceiling["value"]):
+            notes.append(f"`{d}` ({tpf['value']:.2f} > {ceiling['value']:.2f}): "
+                         f"{ABOVE_CEILING.get(d, 'not explained yet')}")
     if used is None:
         raise ValueError(f"the results table has no free-running leaderboard figure of {model}")
     m = used.get("machine") or {}
     gpu = f", {m['gpu']}" if m.get("gpu") else ""
+    v = used.get("versions") or {}
+    versions_s = ", ".join(f"{k} {v[k]}" for k in VERSIONED if v.get(k))
     lines.append("")
+    if notes:
+        lines.append("Above the ceiling: " + "; ".join(notes) + ".")
+        lines.append("")
     lines.append(f"Setting: `{model}`, {used['setting']}, free-running, B = k = {block_length}, τ = {threshold}; "
                  f"{m.get('cpu', '?')} ({m.get('cores', '?')} cores{gpu}); commit {used.get('commit')}, "
-                 f"{used.get('date')}. Command: `{used['command']}`.")
+                 f"{used.get('date')}{'; ' + versions_s if versions_s else ''}. Command: `{used['command']}`.")
     return "\n".join(lines)
 
 
-__all__ = ["RESULTS_TABLE", "FIELDS", "machine", "commit", "append_results", "load_results", "latest",
-           "leaderboard_figures", "headline_markdown", "HEADLINE_DECODERS"]
+__all__ = ["RESULTS_TABLE", "FIELDS", "PROVENANCE", "VERSIONED", "SAMPLING_SEED", "machine", "commit", "versions",
+           "missing_provenance", "append_results", "load_results", "latest", "NOT_MEASURED", "dataclass_defaults",
+           "options_command",
+           "leaderboard_figures", "headline_markdown", "HEADLINE_DECODERS", "ABOVE_CEILING", "above_ceiling"]

@@ -16,13 +16,13 @@
 #             then `compare` with chunk b): SmolLM2's greedy teacher answers (smollm2_teacher.yaml, TEACHER_OPTS,
 #             stopped after TEACHER_TIME seconds, default 200: without them the data arm runs alone), then two legs
 #             side by side from the same adapter (.gpu/init) with the same schedule and steps:
-#             smollm2_trimode_gpu4_data.yaml (stdlib text) and smollm2_trimode_gpu4_distill.yaml (the answers),
+#             smollm2_trimode_leg4_text.yaml (stdlib text) and smollm2_trimode_leg4_distill.yaml (the answers),
 #             each stopped by LEG_TIME, then `collect`
 #   distill   one further self-distillation leg on fresh answers, for a short lease (`setup` as for `leg`, the
 #             shipped adapter in .gpu/init, then `distill` with chunk b): SmolLM2's greedy answers to train-split
 #             prompts no earlier leg saw (smollm2_teacher.yaml with TEACHER_OPTS, default "--first 3440 --per_file 16
 #             --n_answers 3072": legs 4-5 trained on the first 3,440), stopped after TEACHER_TIME seconds (default
-#             200), then LEG_CONFIG (default smollm2_trimode_gpu6_distill) on them, and on the complete teacher
+#             200), then LEG_CONFIG (default smollm2_trimode_leg6_distill) on them, and on the complete teacher
 #             folders carried with this call in .gpu/answers/<name>/ (made beforehand on a CPU; `setup`'s carry is
 #             full), for LEG_TIME (set it so that the call fits: LEG_TIME=00:00:05:00 with the default
 #             TEACHER_TIME), then `collect` (the answers' teacher.json comes back in legs.tgz). If the fresh
@@ -140,18 +140,18 @@ case "$STAGE" in
     t0=$SECONDS
     if TEACHER_TIME=${TEACHER_TIME:-200} teacher; then
       echo "teacher answers in $((SECONDS - t0)) s: $(tail -n 1 "$ROOT/logs/teacher.log")"
-      train smollm2_trimode_gpu4_distill smollm2_trimode_gpu4_distill --lora_init "$ROOT/init" --max_time "$LEG_TIME" \
+      train smollm2_trimode_leg4_distill smollm2_trimode_leg4_distill --lora_init "$ROOT/init" --max_time "$LEG_TIME" \
         --train_data "$ROOT/runs/smollm2_teacher" &
       distill=$!
     else
       echo "no teacher answers after $((SECONDS - t0)) s; the data arm runs alone"; tail -n 5 "$ROOT/logs/teacher.log"
     fi
-    train smollm2_trimode_gpu4_data smollm2_trimode_gpu4_data --lora_init "$ROOT/init" --max_time "$LEG_TIME" &
+    train smollm2_trimode_leg4_text smollm2_trimode_leg4_text --lora_init "$ROOT/init" --max_time "$LEG_TIME" &
     data=$!
     wait "$data" || echo "the data leg exited with $?"
     if [[ -n ${distill:-} ]]; then wait "$distill" || echo "the distill leg exited with $?"; fi
-    show_leg smollm2_trimode_gpu4_data 3
-    show_leg smollm2_trimode_gpu4_distill 3
+    show_leg smollm2_trimode_leg4_text 3
+    show_leg smollm2_trimode_leg4_distill 3
     bash "$0" collect
     ;;
   distill)
@@ -182,7 +182,7 @@ PYEOF
 )
     echo "train_data: $data"
     if [[ $data == "[]" ]]; then echo "no complete teacher data to train on"; bash "$0" collect; exit 1; fi
-    name=${LEG_CONFIG:-smollm2_trimode_gpu6_distill}
+    name=${LEG_CONFIG:-smollm2_trimode_leg6_distill}
     train "$name" "$name" --lora_init "$ROOT/init" --train_data "$data" --max_time "$LEG_TIME" \
       || echo "leg exited with $?"
     show_leg "$name" 25

@@ -1,4 +1,4 @@
-"""DEER (deer.txt): a separate diffusion drafter aligned to an AR target in two stages (Stage I AR-style
+"""DEER (arXiv:2512.15176): a separate diffusion drafter aligned to an AR target in two stages (Stage I AR-style
 distillation, Stage II Scribe refinement, §3.1) and block-wise speculative decoding with it (§3.2, Alg. 1).
 
 Modules: :mod:`.models` (target / drafter, shared tokenizer check), :mod:`.teacher` (teacher answers as

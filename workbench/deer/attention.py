@@ -1,6 +1,6 @@
 """The drafter's one forward: a causal chunk of verified tokens followed by a bidirectional draft block.
 
-DEER's drafter conditions on the verified prefix and proposes a whole block in one step (deer.txt §3.2,
+DEER's drafter conditions on the verified prefix and proposes a whole block in one step (arXiv:2512.15176 §3.2,
 Alg. 1 line 3); its training input is ``[prefix, SEP, x_t]`` (§3.1.1). Both use the same attention
 pattern, consistent with the TriModeLM's block diffusion (NLD §3.2): clean tokens are causal, the block
 ``[SEP, m_1..m_k]`` sees every valid clean token and itself bidirectionally. One forward serves both:

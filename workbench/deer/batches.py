@@ -1,4 +1,4 @@
-"""Training inputs of the DEER drafter: ``[prompt, a_{1:c}] + [SEP, x_t(a_{c+1:e})]`` (deer.txt §3.1).
+"""Training inputs of the DEER drafter: ``[prompt, a_{1:c}] + [SEP, x_t(a_{c+1:e})]`` (arXiv:2512.15176 §3.1).
 
 The clean context is left-padded, the block (``SEP`` then the noisy span) right-padded; one
 :func:`~workbench.deer.attention.draft_block_logits` forward then gives the span's diffusion logits with the

@@ -1,5 +1,5 @@
 """A diffusion drafter with its own KV cache of the verified prefix (DiffuSpec's and SimSD's drafters): a
-tri-mode model in diffusion mode or a DEER drafter (deer.txt §3.2), proposing a block of masks."""
+tri-mode model in diffusion mode or a DEER drafter (arXiv:2512.15176 §3.2), proposing a block of masks."""
 from __future__ import annotations
 
 import math

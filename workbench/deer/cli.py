@@ -1,4 +1,4 @@
-"""``workbench deer teacher|eval``: DEER teacher data and DEER decoding evaluation (deer.txt §3–4).
+"""``workbench deer teacher|eval``: DEER teacher data and DEER decoding evaluation (arXiv:2512.15176 §3–4).
 
 Training is ``workbench train deer --stage 1|2 --config <yaml>`` (:mod:`workbench.deer.train`).
 """

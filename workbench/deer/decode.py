@@ -1,4 +1,4 @@
-"""DEER speculative decoding (deer.txt §3.2, Alg. 1): one-step block drafts by a diffusion drafter, exact AR
+"""DEER speculative decoding (arXiv:2512.15176 §3.2, Alg. 1): one-step block drafts by a diffusion drafter, exact AR
 verification by the target (Eq. 5–6).
 
 Each *cycle* (batched over rows in lockstep):

@@ -1,4 +1,4 @@
-"""Registers DEER decoding (deer.txt Alg. 1) in :mod:`workbench.decoding.registry`."""
+"""Registers DEER decoding (arXiv:2512.15176 Alg. 1) in :mod:`workbench.decoding.registry`."""
 from ..decoding.registry import DecoderSpec, register_decoder
 
 

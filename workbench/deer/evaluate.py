@@ -1,4 +1,4 @@
-"""``workbench deer eval``: DEER's measurements on held-out prompts (deer.txt §4), written as Parquet + PNG.
+"""``workbench deer eval``: DEER's measurements on held-out prompts (arXiv:2512.15176 §4), written as Parquet + PNG.
 
 On the same test-split prompts, decoded one batch at a time with the same settings:
 
@@ -45,7 +45,7 @@ Decoder = Callable[[list[list[int]]], DecodeResult]
 
 @dataclass
 class DeerEvalConfig(ModelLoading):
-    """DEER evaluation on held-out prompts (deer.txt §4)."""
+    """DEER evaluation on held-out prompts (arXiv:2512.15176 §4)."""
 
     target: str = "builtin:tiny"
     """AR target: 'builtin:tiny' or a checkpoint directory."""

@@ -1,4 +1,4 @@
-"""DEER alignment losses as pure functions (deer.txt Eq. 1–4).
+"""DEER alignment losses as pure functions (arXiv:2512.15176 Eq. 1–4).
 
 Both stages share one form, ``−Σ_i w_i 1[x_t^i = M] log p_θ(x_0^i | x_t)`` over the span after SEP, with
 ``w_i = 1/t`` in Stage I (Eq. 1–2) and ``w_i = α^{R−i}/t`` in Stage II (Eq. 3–4); the weights come from

@@ -1,4 +1,4 @@
-"""Masking of DEER's two alignment stages as pure functions (deer.txt §3.1, Eq. 1–4).
+"""Masking of DEER's two alignment stages as pure functions (arXiv:2512.15176 §3.1, Eq. 1–4).
 
 Every teacher answer ``a_{1:L}`` is cut at a random point ``c`` (the drafter sees the prompt and
 ``a_{1:c}``, then ``SEP``); the *span* after the cut is what the drafter learns to denoise:
@@ -10,7 +10,7 @@ Every teacher answer ``a_{1:L}`` is cut at a random point ``c`` (the drafter see
   (``i = 1`` right after ``SEP``, ``i = R`` last) weighs ``w_i = α^{R−i}`` (Eq. 3, default α = 1.01), times
   the ``1/t`` of Eq. 4. The paper states the weights without a normalisation: they are used as printed,
   so the first span token weighs ``α^{R−1}`` (2.6 at α = 1.01, R = 96) and the last one 1, and a larger α
-  scales the loss and its gradient up (the instability of deer.txt §4.3.2, Fig. 6).
+  scales the loss and its gradient up (the instability of DEER, arXiv:2512.15176 §4.3.2, Fig. 6).
 
 Interpretation of "mask only the last R tokens of the answer" (§3.1.2): the cut ``c`` is drawn as in Stage
 I and the answer is considered to end at ``c + R``, so the R masked tokens are those right after ``SEP`` —

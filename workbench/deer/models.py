@@ -1,11 +1,11 @@
-"""The two models of DEER (deer.txt §3): an AR **target** and a separate, smaller diffusion **drafter**.
+"""The two models of DEER (arXiv:2512.15176 §3): an AR **target** and a separate, smaller diffusion **drafter**.
 
 * target: any causal LM loaded as a :class:`~workbench.model.trimode.TriModeLM` and used in AR mode only
   (``builtin:tiny`` by default, or a ``save_pretrained`` checkpoint directory);
 * drafter: a :class:`~workbench.model.trimode.TriModeLM` built fresh from a small preset
   (``deer_drafter`` by default) with the target's tokenizer, loaded from any tri-mode checkpoint, or started
   from a released diffusion LM (:func:`released_family`; the paper starts its code drafter from Open-dCoder-0.5B,
-  a released dLLM, deer.txt §4 and App. B).
+  a released dLLM: DEER, arXiv:2512.15176 §4 and App. B).
 
 Drafter and target must share one tokenizer: draft token ids are fed to the target unchanged, so
 :func:`check_shared_tokenizer` compares the full vocabularies (token → id) and the special ids. A drafter started
@@ -37,7 +37,7 @@ class TokenizerMismatchError(TokenizerError):
 def check_shared_tokenizer(target_tok: PreTrainedTokenizerBase, drafter_tok: PreTrainedTokenizerBase) -> None:
     """Raise :class:`TokenizerMismatchError` (one line) unless both tokenizers map every token to the same
     id and agree on the mask, separator, end-of-sequence and padding ids; also raise it when the shared
-    tokenizer has no mask or separator token (DEER needs both, deer.txt §3.1)."""
+    tokenizer has no mask or separator token (DEER needs both, arXiv:2512.15176 §3.1)."""
     tv, dv = target_tok.get_vocab(), drafter_tok.get_vocab()
     if len(tv) != len(dv):
         raise TokenizerMismatchError(f"drafter and target tokenizers differ: {len(dv)} tokens in the drafter, "

@@ -1,4 +1,4 @@
-"""Lightning module of DEER alignment (deer.txt §3.1): Stage I or Stage II loss, metrics and logging.
+"""Lightning module of DEER alignment (arXiv:2512.15176 §3.1): Stage I or Stage II loss, metrics and logging.
 
 The network is a plain :class:`~workbench.model.trimode.TriModeLM` (the drafter); this module draws spans
 and noise (generators seeded by the global step, so a resumed run draws the same ones), builds the

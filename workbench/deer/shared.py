@@ -1,4 +1,4 @@
-"""A DEER drafter that shares its target's frozen token embedding and LM head (deer.txt §3 and App. A).
+"""A DEER drafter that shares its target's frozen token embedding and LM head (arXiv:2512.15176 §3 and App. A).
 
 A pretrained AR target (SmolLM2-135M) has no mask or separator token and a 49,152-token vocabulary, whose
 embedding alone is 28 M parameters. Its drafter here is the target's own first ``n_layers`` decoder layers and

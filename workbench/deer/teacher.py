@@ -1,4 +1,4 @@
-"""``workbench deer teacher``: the AR target answers corpus prompts; DEER's distillation data (deer.txt §3.1).
+"""``workbench deer teacher``: the AR target answers corpus prompts; DEER's distillation data (arXiv:2512.15176 §3.1).
 
 Prompts come from the corpus **train** split (the test split is held out for evaluation) through
 :func:`~workbench.evaluation.prompts.make_prompts` (prompt ≤ ``prompt_len`` tokens ending at a line
@@ -46,7 +46,7 @@ SETTINGS_ADDED = {"first": 0}
 
 @dataclass
 class TeacherConfig(ModelLoading):
-    """Teacher answers of the AR target for DEER alignment (deer.txt §3.1)."""
+    """Teacher answers of the AR target for DEER alignment (arXiv:2512.15176 §3.1)."""
 
     target: str = "builtin:tiny"
     """AR target: 'builtin:tiny' or a checkpoint directory."""

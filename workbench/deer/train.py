@@ -1,5 +1,5 @@
 """``workbench train deer --stage 1|2 --config <yaml>``: DEER two-stage alignment of a diffusion drafter
-(deer.txt §3.1) on teacher answers of the AR target (``workbench deer teacher``).
+(DEER, arXiv:2512.15176 §3.1) on teacher answers of the AR target (``workbench deer teacher``).
 
 Stage 1 starts from a fresh ``drafter_preset`` model (or ``drafter_init``: a tri-mode checkpoint, or a released
 diffusion LM of a family whose forward is DEER's drafter forward, NLD, as the paper starts from a released dLLM;
@@ -37,7 +37,7 @@ from ..model.loading import ModelLoading
 
 @dataclass
 class DeerTrainConfig(DeviceConfig, ModelLoading, TrackerConfig):
-    """One stage of DEER alignment (deer.txt §3.1): Stage I AR-style distillation or Stage II refinement.
+    """One stage of DEER alignment (arXiv:2512.15176 §3.1): Stage I AR-style distillation or Stage II refinement.
     Device fields: :class:`~workbench.distributed.DeviceConfig` (``batch_size`` is the global batch); trackers:
     :class:`~workbench.trackers.TrackerConfig`."""
 

@@ -10,15 +10,15 @@ from ..model.loading import ModelLoading
 HEADLINE = {"block_length": 16, "threshold": 0.9}
 """The report's headline setting for a byte-level model (tiny's targets are at B = 16)."""
 HEADLINE_BLOCK_LENGTH_BPE = 8
-"""The headline block length for a BPE model: the real model's diffusion target is stated at B = 8 (issue 26)."""
+"""The headline block length for a BPE model: the real model's targets (:data:`TARGETS`) are at B = 8."""
 SHIPPED_LEGS = ("tiny.yaml", "tiny_continue.yaml", "tiny_leg3.yaml", "tiny_leg4.yaml", "tiny_leg5.yaml",
                 "tiny_leg6.yaml", "tiny_leg7.yaml")
 """The training legs of the shipped ``tiny`` model, in order (``workbench/configs``); ``--retrain`` runs them."""
 TARGETS = {"heldout_ar": 1.0, "tpf": 1.5, "agree_serial": 0.95, "agree_ar": 0.9, "free_running_ratio": 1.5}
-"""Issue targets the report checks: tiny's (held-out loss, TPF and agreement with the serial target) and the real
-model's (TPF and agreement with AR greedy, both at B = 8, τ = 0.9). ``free_running_ratio``: free-running AR-greedy and diffusion continuations
-count as not degenerate when their repetition rate and whitespace share are each at most this multiple of
-the real continuations' (the issue asks for "close to"; the multiple is the workbench's reading of it)."""
+"""The targets the report checks, the goals the workbench set for its shipped models: tiny's (held-out loss, TPF
+and agreement with the serial target) and the real model's (TPF and agreement with AR greedy, both at B = 8,
+τ = 0.9). ``free_running_ratio``: free-running AR-greedy and diffusion continuations count as not degenerate when their repetition rate and whitespace share are each at most this multiple of
+the real continuations' (the goal is "close to"; the multiple is the workbench's reading of it)."""
 
 
 @dataclass

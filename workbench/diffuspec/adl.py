@@ -1,4 +1,4 @@
-"""Draft-length controllers of DiffuSpec: ADL (diffuspec.txt §4.3, Eq. 8–10) and a fixed length.
+"""Draft-length controllers of DiffuSpec: ADL (arXiv:2510.02358 §4.3, Eq. 8–10) and a fixed length.
 
 ADL keeps exponential moving averages of the EOS-aware generated length L^gen (Eq. 8, from the raw drafter
 argmax before CPS) and of the accepted length L^acc (draft tokens the verifier accepted, the bonus token not

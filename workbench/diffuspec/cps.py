@@ -1,4 +1,4 @@
-"""Causal-consistency path search (CPS, diffuspec.txt §4.2, Eq. 6–7, Algorithm 1 step 2).
+"""Causal-consistency path search (CPS, DiffuSpec, arXiv:2510.02358 §4.2, Eq. 6–7, Algorithm 1 step 2).
 
 From the drafter's per-position distributions over a draft block of ``k`` masks (the token lattice), CPS
 

@@ -1,4 +1,4 @@
-"""DiffuSpec decoding (diffuspec.txt Algorithm 1): a diffusion drafter proposes a block in one forward, CPS
+"""DiffuSpec decoding (arXiv:2510.02358 Algorithm 1): a diffusion drafter proposes a block in one forward, CPS
 picks a causal path through its lattice, the AR target verifies it, and ADL sets the next draft length.
 
 Per speculative step t, for one prompt (the paper runs batch size 1; ADL's state is per instance):

@@ -1,4 +1,4 @@
-"""Registers DiffuSpec (diffuspec.txt Algorithm 1) and its ablations (Table 2) in
+"""Registers DiffuSpec (arXiv:2510.02358 Algorithm 1) and its ablations (Table 2) in
 :mod:`workbench.decoding.registry`. The drafter is the model's own diffusion mode (a tri-mode model, e.g. the
 converted SmolLM2) and the verifier its AR mode; ``workbench diffuspec eval`` also runs a DEER drafter.
 

@@ -1,4 +1,4 @@
-"""``workbench diffuspec eval``: DiffuSpec's ablation table (diffuspec.txt Table 2 and Table 5) on held-out
+"""``workbench diffuspec eval``: DiffuSpec's ablation table (arXiv:2510.02358 Table 2 and Table 5) on held-out
 prompts, with AR greedy decoded in the same run as the speed-up reference.
 
 Methods, each on the same prompts, one prompt at a time (batch size 1, as the paper):
@@ -30,7 +30,7 @@ from ..utils import writes_out_dir
 
 @dataclass
 class DiffuSpecEvalConfig(SearchKnobs, ModelLoading):
-    """DiffuSpec ablations on held-out prompts (diffuspec.txt §5, Tables 2 and 5); CPS's and ADL's knobs are
+    """DiffuSpec ablations on held-out prompts (arXiv:2510.02358 §5, Tables 2 and 5); CPS's and ADL's knobs are
     :class:`~workbench.diffuspec.decode.SearchKnobs`."""
 
     model: str = "tiny"

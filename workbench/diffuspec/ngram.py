@@ -1,4 +1,4 @@
-"""CPS's causal proxy (diffuspec.txt §4.2, Eq. 7; the paper uses "a 3-gram KenLM trained offline"): an
+"""CPS's causal proxy (DiffuSpec, arXiv:2510.02358 §4.2, Eq. 7; the paper uses "a 3-gram KenLM trained offline"): an
 interpolated Kneser–Ney n-gram model over token ids, queried with **kenlm**.
 
 Library choice:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 @dataclass
 class ProxyConfig:
-    """The n-gram proxy of DiffuSpec's CPS (diffuspec.txt §4.2, §5: a 3-gram KenLM trained offline)."""
+    """The n-gram proxy of DiffuSpec's CPS (arXiv:2510.02358 §4.2, §5: a 3-gram KenLM trained offline)."""
 
     model: str = "tiny"
     """Target whose tokenizer the proxy uses: 'tiny', a named model (smollm2-135m) or a checkpoint directory."""

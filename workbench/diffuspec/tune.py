@@ -1,5 +1,5 @@
 """``workbench diffuspec tune``: an Optuna sweep of ADL's guardrails and increment (k_min, k_max, δ) for our
-tokenizer (diffuspec.txt §5 fixes k_min = 20, k_max = 30, δ = 10 for Qwen/Dream tokenizers; a byte-level or
+tokenizer (DiffuSpec, arXiv:2510.02358 §5 fixes k_min = 20, k_max = 30, δ = 10 for Qwen/Dream tokenizers; a byte-level or
 49 k-token BPE model needs its own), with CPS on, on validation-split prompts (never the test split).
 
 Objective: cost-weighted tokens per forward (tokens ÷ (target forwards + drafter forwards × the drafter's

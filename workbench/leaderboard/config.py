@@ -41,7 +41,7 @@ class LeaderboardConfig(ModelLoading, SampledTaskConfig):
     real_context_decoders: list[str] | None = None
     """Decoders that also get real-context rows when --modes has 'real' (default: every decoder that runs in
     that mode). The references ar_greedy and serial always do. A real-context row costs as much as a
-    free-running one; the demo keeps them for the decoders the issue's real-context targets name."""
+    free-running one; the demo keeps them for the decoders its real-context targets name (demo.TARGETS)."""
     temperature: float = 1.0
     """Temperature of the sampling decoders (ar_sample)."""
     top_k: int = 0

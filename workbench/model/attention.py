@@ -1,4 +1,4 @@
-"""Attention paths for the workbench's masks (issue 24 §2): the same visibility, three representations.
+"""Attention paths for the workbench's masks: the same visibility, three representations.
 
 * ``dense`` (the reference): additive float masks ``(N, 1, Q, K)`` (0 = attend, dtype-min = blocked), which every
   attention implementation of transformers takes, the eager one included.

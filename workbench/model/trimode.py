@@ -258,8 +258,7 @@ class TriModeLM(BackboneModule):
             # the last positions as an index, not a slice: the LM head then reads a contiguous (N, K, d) copy. A
             # slice keeps the full sequence's batch stride, and matmul multiplies such an input batch by batch
             # against a contiguous copy of the whole LM head per row: 0.5 s instead of 6 ms for 8 rows in bf16
-            # (benchmarks/RESULTS.md, 2026-11-28 seventeenth session). Keeping all Q positions (an AR step) needs
-            # neither.
+            # (benchmarks/bench_lm_head.py). Keeping all Q positions (an AR step) needs neither.
             logits_to_keep = torch.arange(q - int(logits_to_keep), q, device=ids.device)
         if isinstance(logits_to_keep, torch.Tensor):
             kw["logits_to_keep"] = logits_to_keep

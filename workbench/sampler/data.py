@@ -280,8 +280,8 @@ class SamplerDataModule(pl.LightningDataModule):
         if split_by == "document":
             docs = reader.prompt_documents
             if docs is None or key.max(initial=-1) >= len(docs) or (docs[key] < 0).any():
-                raise StoreError(f"store {store} records no source file for some of its prompts (collected before "
-                                 "2026-11-28): resume its collection with this version to record them, or use "
+                raise StoreError(f"store {store} records no source file for some of its prompts (collected by an "
+                                 "earlier version): resume its collection with this version to record them, or use "
                                  "split_by prompt")
             key = docs[key]
         self.val_traj = split_fraction(key) < val_fraction                  # (n_traj,) bool

@@ -1,4 +1,4 @@
-"""SimSD (simsd.txt): speculative decoding between two diffusion models. A small diffusion drafter drafts a
+"""SimSD (arXiv:2606.02544): speculative decoding between two diffusion models. A small diffusion drafter drafts a
 block in its own order; the diffusion target verifies every drafted token in one forward through token-level
 temporal causal attention (§3.1) and accepts along the draft order with min(1, p/q) (Eq. 2).
 

@@ -1,4 +1,4 @@
-"""``workbench simsd precision``: SimSD's verification approximation, measured (simsd.txt §4.3). Decoding is
+"""``workbench simsd precision``: SimSD's verification approximation, measured (arXiv:2606.02544 §4.3). Decoding is
 ``workbench decode --policy simsd`` and a ``simsd`` row of ``workbench leaderboard``."""
 from __future__ import annotations
 

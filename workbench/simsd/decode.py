@@ -1,4 +1,4 @@
-"""SimSD decoding (simsd.txt §3.2): a small diffusion drafter drafts a block in its own order, the diffusion
+"""SimSD decoding (arXiv:2606.02544 §3.2): a small diffusion drafter drafts a block in its own order, the diffusion
 target verifies all γ = B drafted tokens in one forward with the temporal layout of §3.1, and finishes the
 block itself after a rejection.
 
@@ -92,7 +92,7 @@ def verify_logits(target, cache, prefix_len: int, draft: torch.Tensor, steps: to
 def _verify_block_causal(target, cache, prefix_len: int, draft: torch.Tensor, steps: torch.Tensor,
                          rope_copy: bool) -> torch.Tensor:
     """SimSD's verification forward on a block-causal target at absolute positions (SDAR, the paper's own
-    target, simsd.txt §4.1): one forward of ``[held-back tail | D | D̃]`` after the cached whole blocks.
+    target, SimSD, arXiv:2606.02544 §4.1): one forward of ``[held-back tail | D | D̃]`` after the cached whole blocks.
 
     * The cached whole blocks (earlier absolute blocks) are visible to every query (block-causal; "prompt tokens
       are visible to all response positions", §3.1).
@@ -302,7 +302,7 @@ def _target_block(target, cache, context: list[int], start: int, n: int, real: l
                   temperature: float, g: torch.Generator, res: SimSDResult, row: int, warp: dict) -> None:
     """A block with fewer than γ positions to decode (R < γ: an aligned target's first block, whose first
     ``B - n`` positions are the prompt's tail, held back by the target): SimSD drafts nothing and "falls back to
-    vanilla target decoding" (simsd.txt §4.1), the target's serial decoding (:func:`_finish_serial`), then
+    vanilla target decoding" (SimSD, arXiv:2606.02544 §4.1), the target's serial decoding (:func:`_finish_serial`), then
     commits it. No verify forward, no drafter forward, no entry in ``accepted``."""
     dev = target.device
     p_len = len(context)
@@ -323,7 +323,7 @@ def _target_block(target, cache, context: list[int], start: int, n: int, real: l
 
 def warn_if_larger(drafter, target) -> bool:
     """Warn (``UserWarning``, naming both sizes) when the drafter has more parameters than its target, which
-    defeats speculative decoding (simsd.txt §4.1 pairs a 1.7 B drafter with an 8 B target). Returns True then."""
+    defeats speculative decoding (SimSD, arXiv:2606.02544 §4.1 pairs a 1.7 B drafter with an 8 B target). Returns True then."""
     import warnings
 
     pd = sum(p.numel() for p in drafter.backbone.parameters())

@@ -1,4 +1,4 @@
-"""Registers SimSD (simsd.txt §3.2) in :mod:`workbench.decoding.registry`: the model is the diffusion target,
+"""Registers SimSD (arXiv:2606.02544 §3.2) in :mod:`workbench.decoding.registry`: the model is the diffusion target,
 the ``drafter`` artefact a smaller diffusion drafter of its tokenizer (a DEER drafter)."""
 from ..decoding.registry import DecoderSpec, register_decoder
 

@@ -1,4 +1,4 @@
-"""SimSD's verification layout (simsd.txt §3.1): token-level temporal causal attention.
+"""SimSD's verification layout (arXiv:2606.02544 §3.1): token-level temporal causal attention.
 
 After the cached prefix (the prompt and earlier blocks, temporal label 0, visible to every position) the input
 holds two sections of the block's B positions:
@@ -55,5 +55,5 @@ def paired_positions(block_start: int, block_length: int, device=None) -> torch.
 
 
 def physical_positions(block_start: int, block_length: int, device=None) -> torch.Tensor:
-    """``(2B,)`` position ids without the RoPE copy: D̃ continues after D (the ablation of simsd.txt Table 4)."""
+    """``(2B,)`` position ids without the RoPE copy: D̃ continues after D (the ablation of SimSD, arXiv:2606.02544 Table 4)."""
     return torch.arange(block_start, block_start + 2 * block_length, device=device)

@@ -1,5 +1,5 @@
 """``workbench simsd precision``: how far SimSD's one-forward verification is from sequential denoising
-(simsd.txt §4.3, "Precision analysis"), per draft step, with and without the RoPE copy (Table 4).
+(SimSD, arXiv:2606.02544 §4.3, "Precision analysis"), per draft step, with and without the RoPE copy (Table 4).
 
 For each held-out prompt and block, the drafter drafts the block (its order and tokens); then, for every draft
 step r, the target's logits at the verification slot of the token decided at step r are compared with the
@@ -22,7 +22,7 @@ from ..utils import writes_out_dir
 
 @dataclass
 class PrecisionConfig(ModelLoading):
-    """SimSD's verification approximation, measured (simsd.txt §4.3)."""
+    """SimSD's verification approximation, measured (arXiv:2606.02544 §4.3)."""
 
     model: str = "tiny"
     """Diffusion target: 'tiny', 'smollm2-135m-trimode' or a checkpoint directory."""

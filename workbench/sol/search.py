@@ -27,7 +27,7 @@ Definitions (``t`` = serial target, ``M`` = mask token):
   it is reachable only after a top-1 commit that was not in fact safe; towards another target (SOL(AR greedy))
   the all-mask state itself may have no match, and its forced commits are tokens the model did not predict.
 * **SOL** of a block (:func:`solve_block`): compaction's forward count. NLD §4.1: "We use this scheme to report
-  SOL throughout this section; greedy serves as a fast lower-bound proxy." (Until 2026-11-28 SOL was the
+  SOL throughout this section; greedy serves as a fast lower-bound proxy." (Earlier versions took SOL as the
   fewer forwards of compaction and of a greedy acceptance whose fallback committed the *target's* token: one such
   token, which the model did not predict, could finish a B = 32 block in 4 forwards where compaction needed 27, and
   the ceiling then rested on tokens no sampler could commit.)

@@ -23,7 +23,7 @@ reads the ``k`` masks after it; its AR logit at ``x_{n+1}`` verifies ``d_1``, so
 ``d_1..d_k`` only. Both are lossless. It needs a gated LoRA or no adapter at all: a plain peft adapter would
 compute ``x_{n+1}``'s keys with the adapter on, and the verifier must not read them. On SmolLM2-135M-trimode
 (leg 5, 8 test prompts × 64 tokens, fp32) the paper's layout changed τ by +1 to +4 % in real context and −0.5 to
-−2.5 % free-running at k ∈ {2, 4, 8, 16} (``benchmarks/RESULTS.md``, 2026-11-28); the default stays ``in_block``,
+−2.5 % free-running at k ∈ {2, 4, 8, 16} (the lab notebook, ``benchmarks/RESULTS.md``); the default stays ``in_block``,
 the layout every recorded τ (the training legs' ``val/tau`` included) was measured with.
 """
 from __future__ import annotations

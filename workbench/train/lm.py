@@ -583,7 +583,7 @@ def train_lm(cfg: LMTrainConfig) -> Path:
     Raises ``ValueError`` for an inconsistent config, :class:`~workbench.utils.RunDirError` for an
     unwritable run directory, :class:`~workbench.corpus.CorpusError` for an empty corpus.
     """
-    # everything that can be refused is checked before anything is written (issue 27 §6, issue 56 §1-2)
+    # everything that can be refused is checked before anything is written
     cfg.validate()
     check_accelerator(cfg.accelerator, cfg.devices, cfg.strategy)   # no GPU here: before the model is built
     check_run(**run_folder_args(cfg))           # another kind, changed settings, a store; rank 0 only

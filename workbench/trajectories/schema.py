@@ -10,7 +10,7 @@ import numpy as np
 
 SCHEMA_VERSION = 2
 """2: ``top_probs`` float32 (was float16 in 1, whose rounding moved probabilities within 2.4e-4 of a threshold τ
-across it, so a stored state could disagree with the decoder's own commit decision; NLD issue 21 §5)."""
+across it, so a stored state could disagree with the decoder's own commit decision)."""
 PCA_DIM = 44  # columns of the ``token_pca`` array: PCA of the model's token embeddings, (V, 44) float16
 
 # Commit-record bookkeeping: the shard group's ``items`` array, (n_items, 3) int64, one row per work item in

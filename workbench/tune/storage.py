@@ -231,7 +231,7 @@ def wait_for_storage(study: optuna.Study, error: BaseException, seconds: float, 
             raise StorageLost(command, f"{who} gave up on {url} after {seconds:g} s without an answer; the study "
                                        "is intact in the database: rerun the same command once the server is back")
         time.sleep(min(1.0, max(0.05, seconds - (time.monotonic() - t0))))
-    rdb.scoped_session.remove()                  # a session of the lost connection must not be reused
+    rdb.scoped_session.remove()                  # a database session of the lost connection must not be reused
     fail_own_trials(study)
     print(f"{command}: {who} reconnected to {url} after {time.monotonic() - t0:.0f} s; its trial in flight is "
           "failed and retried", file=sys.stderr, flush=True)

@@ -87,7 +87,7 @@ class SweepConfig(TeamOptions, ModelLoading, TaskConfig):
     """Seconds between heartbeats of a running trial (RDB storage); a trial silent for 3 intervals is failed and
     retried (a killed worker's trial never stays RUNNING)."""
     def __post_init__(self):
-        if self.objective is not None:          # --objective is --accuracy under the issue's name
+        if self.objective is not None:          # --objective is --accuracy under its other name
             self.accuracy, self.objective = self.objective, None
         if self.accuracy == "pass@1" and not self.task:
             self.task = "humaneval"

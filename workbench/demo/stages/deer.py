@@ -1,4 +1,4 @@
-"""Demo stage: a short DEER alignment (teacher data, Stage I, Stage II; deer.txt §3) and its acceptance table."""
+"""Demo stage: a short DEER alignment (teacher data, Stage I, Stage II; arXiv:2512.15176 §3) and its acceptance table."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +13,7 @@ DEER_CONFIGS = Path(__file__).parents[2] / "configs"
 
 def deer_stage(model_spec: str, corpus: str, run: Path, n_answers: int, stage1_steps: int, stage2_steps: int,
                n_prompts: int, prompt_len: int, gen_len: int, adapter: str | None, progress_bar: bool) -> dict:
-    """A short DEER alignment (deer.txt §3): teacher answers of ``model_spec`` (AR greedy) on train-split
+    """A short DEER alignment (arXiv:2512.15176 §3): teacher answers of ``model_spec`` (AR greedy) on train-split
     prompts, Stage I then Stage II of a drafter made of the target's first 2 layers, then DEER decoding
     (k = 8, greedy, batch 1) vs AR, Stage I vs I+II, and linear self-speculation (with ``adapter`` if given)
     on held-out prompts. Writes ``run/deer/{teacher,stage1,stage2,eval}``."""
@@ -55,7 +55,7 @@ def section(st: dict) -> list[str]:
     names = {"ar": "AR greedy (target)", "deer_stage1": "DEER, Stage I", "deer": "DEER, Stage I + II",
              "linear_ss": "linear SS" + (" + LoRA" if st["linear_adapter"] else "")}
     df = pd.DataFrame(st["overall"]).assign(method=lambda d: d["method"].map(lambda m: names.get(m, m)))
-    return ["## DEER: diffusion drafter aligned to the AR target (deer.txt §3)", "",
+    return ["## DEER: diffusion drafter aligned to the AR target (arXiv:2512.15176 §3)", "",
             f"Teacher: {st['n_answers']} greedy answers of the target on train-split prompts. Drafter: the target's "
             f"first 2 layers as a block-diffusion LM, Stage I (continuation distillation, Eq. 1–2) for "
             f"{st['stage1_steps']} steps, then Stage II (scribe refinement, last R ~ U(1, 96) tokens, w_i = 1.01^(R−i), "

@@ -1,4 +1,4 @@
-"""Adapters: a released diffusion LM behind the interface every decoder calls (issue 57 §1–2).
+"""Adapters: a released diffusion LM behind the interface every decoder calls.
 
 Decoders, the collector, the SOL search and the sampler call the methods of
 :class:`~workbench.model.trimode.TriModeLM`:

@@ -37,7 +37,7 @@ from transformers import DynamicCache
 from ..trimode import BackboneModule
 
 #: Text sub-config of :func:`tiny_diffusion_gemma` (besides the vocabulary): a two-layer MoE model with one
-#: sliding-window layer (window 16) and one full layer (docs: /work/shared/research/dllm-formats.md).
+#: sliding-window layer (window 16) and one full layer.
 TINY_TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
                  num_key_value_heads=1, head_dim=32, global_head_dim=32, num_global_key_value_heads=1,
                  sliding_window=16, num_experts=4, top_k_experts=2, moe_intermediate_size=32,

@@ -1,5 +1,5 @@
-"""Opening a released diffusion LM's checkpoint folder with transformers' built-in classes and no remote code
-(issue 57 §1): config translation, weight-name map, the family's own tokenizer and mask id, one-line errors."""
+"""Opening a released diffusion LM's checkpoint folder with transformers' built-in classes and no remote code:
+config translation, weight-name map, the family's own tokenizer and mask id, one-line errors."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,5 @@
 """What a family of released diffusion LMs is: a ``model_type`` → built-in transformers backbone, weight-name map and
-decoding semantics (issue 57 §1; facts per family in ``docs/models.md``, "Released diffusion LMs"). The registry of
+decoding semantics (facts per family in ``docs/models.md``, "Released diffusion LMs"). The registry of
 families is :mod:`workbench.model.families.registry`; the built-in entries are :mod:`.builtin`.
 
 A family's semantics live in its :class:`FamilySpec` and its adapter class alone
