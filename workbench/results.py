@@ -114,9 +114,18 @@ def leaderboard_figures(df, cfg, ceilings=None) -> list[dict]:
 
     setting = (f"{cfg.n_prompts} {cfg.split} prompts of {cfg.corpus}, {cfg.prompt_len}-token prompts × {cfg.gen_len} "
                f"tokens, {cfg.precision}, batch {cfg.batch_size}")
+    # every option that changes a figure: the batch (the speed-ups' timing), the decoders and real-context rows run,
+    # the artefacts given (a sampler, drafter, proxy or adapter not shipped with the model)
+    options = f"--batch_size {cfg.batch_size}"
+    for name in ("decoders", "real_context_decoders"):
+        if getattr(cfg, name, None):
+            options += f" --{name} \"[{', '.join(getattr(cfg, name))}]\""
+    for name in ("sampler", "drafter", "proxy", "adapter"):
+        if getattr(cfg, name, None):
+            options += f" --{name} {getattr(cfg, name)}"
     command = (f"workbench leaderboard --model {cfg.model} --n_prompts {cfg.n_prompts} --prompt_len {cfg.prompt_len} "
                f"--gen_len {cfg.gen_len} --block_lengths \"{list(cfg.block_lengths)}\" --thresholds "
-               f"\"{list(cfg.thresholds)}\" --precision {cfg.precision}")
+               f"\"{list(cfg.thresholds)}\" --precision {cfg.precision} {options}")
     task = getattr(cfg, "task", None)
     if task:                                    # a task run: its problems, not corpus prompts
         setting = (f"{task} problems {cfg.problems or 'all'} ({cfg.prompt_format} format), up to {cfg.gen_len} tokens, "
@@ -124,7 +133,7 @@ def leaderboard_figures(df, cfg, ceilings=None) -> list[dict]:
         command = (f"workbench leaderboard --model {cfg.model} --task {task} --problems {cfg.problems or '0:164'} "
                    f"--prompt_format {cfg.prompt_format} --gen_len {cfg.gen_len} --block_lengths "
                    f"\"{list(cfg.block_lengths)}\" --thresholds \"{list(cfg.thresholds)}\" --precision {cfg.precision} "
-                   "--confirm_run_unsafe_code")
+                   f"{options} --confirm_run_unsafe_code")
     base = {"model": cfg.model, "adapter": cfg.adapter, "command": command, "setting": setting}
     units = {"tpf": "tokens per target forward", "speedup": "× AR greedy tokens/s", "lossless": "bool",
              "agree_serial": "token agreement", "pass@1": "share of problems passed", "aup": "AUP (d3LLM)"}
