@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -215,7 +214,7 @@ def split_env(line: str) -> tuple[dict, list[str]]:
 
 # --- the test -----------------------------------------------------------------------------------------------------
 
-def run_block(block: Block, fresh: Path, cli, pg_url=None, report=None) -> None:
+def run_block(block: Block, fresh: Path, cli, pg_url=None) -> None:
     """Run ``block`` in ``fresh`` (see the module docstring); fails on the first command that exits non-zero, that does
     not use what the block produced before it (in a chain), or on a missing ``# output:`` path."""
     produced: set[str] = set()
@@ -229,10 +228,7 @@ def run_block(block: Block, fresh: Path, cli, pg_url=None, report=None) -> None:
                                    f"({', '.join(sorted(p for p in produced if p.count('/') <= 1))})")
         chain = chain or bool(uses)
         before = written(fresh)
-        t0 = time.time()
         r = cli(*substitute(argv, fresh, pg_url), cwd=fresh, env=env)
-        if report is not None:
-            report.append((line, time.time() - t0))
         assert r.returncode == 0, f"{block.id}: `{line}` exited {r.returncode}:\n{r.stderr[-2000:]}"
         produced |= {os.path.normpath(p) for p in written(fresh) - before}
         if command_key(argv) == "models_fetch":
@@ -274,3 +270,42 @@ def test_the_blocks_are_found_and_every_command_has_its_sizes():
 def test_every_task_block_says_where_its_output_lands():
     for b in readme_blocks():
         assert b.outputs, f"README: {b.title}: no '# output:' line naming the file to open"
+
+
+def test_a_block_that_ignores_what_it_made_fails(tmp_path):
+    """The chain rule on a stand-in CLI (it writes ``runs/lm/model`` for ``train``): decoding the trained model passes;
+    fetching a base, converting it (the config names the base) and then decoding a named model fails, and so does an
+    output line naming a file never written. (A first command's output that the second ignores reads as two
+    alternatives: the rule starts at the first command that uses something.)"""
+    from types import SimpleNamespace
+
+    seen = []
+
+    def fake_cli(*argv, cwd, env):
+        seen.append(argv)
+        if argv[0] == "train":
+            (cwd / "runs" / "lm" / "model").mkdir(parents=True, exist_ok=True)
+        return SimpleNamespace(returncode=0, stderr="")
+
+    train = "workbench train lm --config workbench/configs/micro.yaml --out_dir runs/lm"
+    fresh = tmp_path / "a"
+    fresh.mkdir()
+    run_block(Block("t", "good", ["workbench models fetch smollm2-135m", train,
+                                  "workbench decode --model runs/lm/model"], ["runs/lm/model"]), fresh, fake_cli)
+    assert seen[0] == ("models", "fetch", "tiny")                          # the named model became tiny
+    assert seen[1][-2:] == ("--config", str(OVERLAYS / "train_lm.yaml"))   # the sizes' overlay comes last
+    assert (fresh / "workbench" / "configs" / "micro.yaml").is_file()        # the config copy the command reads
+    for name, lines, outputs, why in (
+            ("decodes the shipped model", ["workbench models fetch smollm2-135m", train.replace(
+                "workbench/configs/micro.yaml", "workbench/configs/smollm2_trimode.yaml"),
+                "workbench decode --model smollm2-135m-trimode"], [], "uses nothing"),
+            ("names a file never written", [train], ["runs/lm/report.md"], "did not write")):
+        fresh = tmp_path / name.replace(" ", "_")
+        fresh.mkdir()
+        with pytest.raises(AssertionError, match=why):
+            run_block(Block("t", name, lines, outputs), fresh, fake_cli)
+    fresh = tmp_path / "alternatives"                                      # two leaderboards: nothing to chain
+    fresh.mkdir()
+    run_block(Block("t", "alternatives", ["workbench leaderboard --model tiny", "workbench leaderboard --model "
+                                          "smollm2-135m-trimode --dashboard 8080"]), fresh, fake_cli)
+    assert seen[-1][:3] == ("leaderboard", "--model", "tiny") and "0" in seen[-1]
