@@ -129,10 +129,6 @@ class SweepConfig(TeamOptions, ModelLoading, TaskConfig):
             raise ValueError("confidence thresholds must lie in (0, 1]")
         if self.policy == "sampler" and not self.sampler:
             raise ValueError("--policy sampler needs --sampler <trained sampler directory>")
-        if self.policy == "sampler":
-            from ..sampler.block import check_sampler_block_lengths
-
-            check_sampler_block_lengths(self.block_lengths, self.sampler, every=True)
         from ..sampler.policy import check_fallback
 
         check_fallback(self.sampler_fallback)        # a DecodeError, which is a ValueError
@@ -141,6 +137,10 @@ class SweepConfig(TeamOptions, ModelLoading, TaskConfig):
         for b in self.block_lengths:
             if b <= 0 or self.gen_len % b:
                 raise ValueError(f"block length {b} must be positive and divide gen_len {self.gen_len}")
+        if self.policy == "sampler":
+            from ..sampler.block import check_sampler_block_lengths
+
+            check_sampler_block_lengths(self.block_lengths, self.sampler, every=True)
 
 
 class ThresholdObjective:
