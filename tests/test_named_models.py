@@ -89,3 +89,15 @@ def test_models_list_names_every_kind(cli, tmp_path):
     assert r.returncode == 0
     for name in ("tiny", "smollm2-135m", "gemma3-270m", "smollm2-135m-trimode", "smollm2-135m-idlm"):
         assert name in r.stdout
+
+
+def test_fetching_a_shipped_model_prints_its_folder(cli, tmp_path):
+    """``models fetch tiny`` needs nothing from the network: it prints the package's folder and leaves the cache
+    empty (a README block's fetch, with the model substituted by tiny, runs offline)."""
+    from workbench.assets import builtin_model_path
+
+    for name in ("tiny", "builtin:tiny"):
+        r = cli("models", "fetch", name, env={"WORKBENCH_CACHE": str(tmp_path / "cache")})
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == f"{name}: {builtin_model_path('tiny')} (shipped)"
+    assert not (tmp_path / "cache").exists()

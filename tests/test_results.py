@@ -61,6 +61,27 @@ def test_leaderboard_figures_render_the_headline(tmp_path):
         headline_markdown(load_results(table), "other")
 
 
+def test_the_recorded_command_reproduces_the_setting():
+    """The command a figure records parses back into the leaderboard's batch, decoders, real-context rows and
+    artefacts (the settings that change a figure)."""
+    import shlex
+
+    from workbench.cli_args import parse_dataclass
+    from workbench.leaderboard.config import LeaderboardConfig
+
+    _, df = _board()
+    cfg = LeaderboardConfig(model="tiny", n_prompts=4, prompt_len=64, gen_len=32, block_lengths=[8], thresholds=[0.9],
+                            batch_size=8, decoders=["ar_greedy", "confidence", "ss_linear"],
+                            real_context_decoders=["confidence"], drafter="runs/deer/stage2/drafter")
+    command = leaderboard_figures(df, cfg)[0]["command"]
+    argv = shlex.split(command)
+    assert argv[:2] == ["workbench", "leaderboard"]
+    again = parse_dataclass("workbench leaderboard", LeaderboardConfig, argv[2:])
+    for name in ("model", "n_prompts", "prompt_len", "gen_len", "block_lengths", "thresholds", "precision",
+                 "batch_size", "decoders", "real_context_decoders", "drafter", "sampler"):
+        assert getattr(again, name) == getattr(cfg, name), name
+
+
 def test_benchmark_lines_become_figures():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import run_all

@@ -21,18 +21,29 @@ def _help(argv: list[str]) -> str:
     return out.getvalue().rstrip()
 
 
+#: The subcommands of the commands whose first argument names one (``workbench deer eval``), each with its own options.
+#: ``models list`` takes none (and prints the cache's state), so it has no section of its own.
+SUBCOMMANDS = {"train": ("lm", "sampler", "lora", "deer"), "store": ("info", "verify"), "sweep": ("sampler",),
+               "deer": ("teacher", "eval", "retrain"), "drafter": ("eval", "ablation"),
+               "diffuspec": ("proxy", "eval", "tune"), "simsd": ("precision",), "models": ("fetch", "inspect")}
+
+
 def _commands() -> list[list[str]]:
-    """Every command and subcommand ``workbench --help`` lists, as argv."""
+    """Every command ``workbench --help`` lists, and every subcommand of :data:`SUBCOMMANDS`, as argv: the command
+    itself first where it has options of its own (``sweep``, the threshold sweep), then its subcommands."""
     from workbench.cli import USAGE
 
-    cmds = []
+    cmds: list[list[str]] = []
     for line in USAGE.splitlines():
         if not line.startswith("  "):
             continue
-        words = line.split()
-        two = words[:2] if words[0] in ("train", "store", "sweep") and len(words) > 1 and words[1] in (
-            "lm", "sampler", "lora", "deer", "info", "verify") else words[:1]
-        cmds.append(two)
+        name = line.split()[0]
+        if name in SUBCOMMANDS:
+            if name == "sweep" and ["sweep"] not in cmds:
+                cmds.append(["sweep"])
+            cmds += [[name, sub] for sub in SUBCOMMANDS[name] if [name, sub] not in cmds]
+        elif [name] not in cmds:
+            cmds.append([name])
     return cmds
 
 
@@ -40,7 +51,7 @@ def cli_page() -> str:
     from workbench.cli import USAGE
 
     parts = ["# CLI reference", "", "Generated from the parsers at build time: every command `workbench --help` lists, "
-             "with its `--help`.", "", "```text", USAGE, "```", ""]
+             "and every subcommand, with its `--help`.", "", "```text", USAGE, "```", ""]
     for argv in _commands():
         parts += [f"## workbench {' '.join(argv)}", "", "```text", _help(argv), "```", ""]
     return "\n".join(parts)

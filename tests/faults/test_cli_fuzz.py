@@ -41,7 +41,7 @@ CASES = [
     ("decode-prompt-file-missing", ["decode", "--prompt", "@{root}/nope.txt"], "does not exist"),
     ("decode-prompt-file-dir", ["decode", "--prompt", "@{root}/foreign"], "not a file"),
     ("decode-prompt-not-utf8", ["decode", "--prompt", "@{root}/latin1.txt"], "UTF-8"),
-    ("decode-sampler-policy", ["decode", "--policy", "sampler"], "sampler"),
+    ("decode-sampler-block", ["decode", "--policy", "sampler", "--block_length", "16"], "trained at block length 8"),
     ("decode-ar-sample-t0", ["decode", "--policy", "ar_sample", "--temperature", "0"], "temperature"),
     ("decode-isd-stride-1", ["decode", "--policy", "isd", "--block_length", "1", "--gen_len", "8"], "stride"),
     ("decode-unknown-option", ["decode", "--bogus", "1"], "bogus"),

@@ -21,8 +21,9 @@ class DecodeConfig(ModelLoading):
     gen_len: int = 64
     """Tokens to generate at most (decoding stops at the tokenizer's end-of-sequence token, as generate does)."""
     block_length: int | None = None
-    """Block length of diffusion policies (default: the model's trained block size, e.g. 32 for NLD, else 16; a
-    policy that sweeps no length, e.g. sdar or dream_*, keeps its own: the family's block, or none)."""
+    """Block length of diffusion policies (default: the model's trained block size, e.g. 32 for NLD, else 16; the
+    sampler policy's: the sampler's own, and another one is refused; a policy that sweeps no length, e.g. sdar or
+    dream_*, keeps its own: the family's block, or none)."""
     threshold: float = 0.9
     """Confidence threshold τ in (0, 1]."""
     temperature: float = 1.0
@@ -116,6 +117,12 @@ def main(argv: list[str]) -> int:
     ids = bos_prefix(tok) + tok(text, add_special_tokens=False)["input_ids"]   # the tokenizer's BOS convention
     spec = get_decoder(cfg.policy)
     block = cfg.block_length
+    trained = (getattr(artefact[1], "meta", None) or {}).get("block_length") if artefact else None
+    if trained is not None and cfg.policy == "sampler":    # a sampler decodes at the block length it was trained at
+        if block is not None and block != int(trained):
+            raise ValueError(f"--block_length {block} conflicts with the sampler, trained at block length {trained}: "
+                             f"leave --block_length out (it defaults to the sampler's {trained}) or pass {trained}")
+        block = int(trained)
     if block is None and spec.sweep != "none":        # a decoder without a swept length keeps its own (or none)
         block = getattr(model, "block_size", None) or 16
     kw = dict(block_length=block, precision=cfg.precision, pad_id=tok.pad_token_id or 0, eos_id=tok.eos_token_id)

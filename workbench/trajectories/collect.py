@@ -441,7 +441,7 @@ def check_same_world(path, mine: list[tuple[int, int, list]], rank: int, world: 
             if shard != f"shard-{rank:03d}" and ids & done:
                 raise StoreError(f"store {path} was started with another number of processes: {shard} of B{b} "
                                  f"already holds work items of rank {rank} of {world}; resume with the --devices "
-                                 "(and --num_nodes) of the first run, or collect into a new path")
+                                 "of the first run, or collect into a new path")
 
 
 def store_attrs(cfg: CollectConfig, model, tok, categories: list[str]) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from functools import partial
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -52,8 +52,9 @@ class SweepConfig(TeamOptions, ModelLoading, TaskConfig):
     """Lower end of the threshold search range."""
     threshold_high: float = 1.0
     """Upper end of the threshold search range."""
-    block_lengths: list[int] = field(default_factory=lambda: [32])
-    """Block length(s); with several and tune_block_length, B is a categorical parameter."""
+    block_lengths: list[int] | None = None
+    """Block length(s); with several and tune_block_length, B is a categorical parameter. Default [32]; with
+    --policy sampler, the sampler's own block length (another one is refused)."""
     tune_block_length: bool = False
     """Also search over ``block_lengths``."""
     accuracy: str = "agree_serial"
@@ -87,6 +88,10 @@ class SweepConfig(TeamOptions, ModelLoading, TaskConfig):
     """Seconds between heartbeats of a running trial (RDB storage); a trial silent for 3 intervals is failed and
     retried (a killed worker's trial never stays RUNNING)."""
     def __post_init__(self):
+        from ..sampler.block import sampler_block_lengths
+
+        self.block_lengths = sampler_block_lengths(self.block_lengths, self.sampler if self.policy == "sampler"
+                                                   else None, [32])
         if self.objective is not None:          # --objective is --accuracy under its other name
             self.accuracy, self.objective = self.objective, None
         if self.accuracy == "pass@1" and not self.task:
@@ -132,6 +137,10 @@ class SweepConfig(TeamOptions, ModelLoading, TaskConfig):
         for b in self.block_lengths:
             if b <= 0 or self.gen_len % b:
                 raise ValueError(f"block length {b} must be positive and divide gen_len {self.gen_len}")
+        if self.policy == "sampler":
+            from ..sampler.block import check_sampler_block_lengths
+
+            check_sampler_block_lengths(self.block_lengths, self.sampler, every=True)
 
 
 class ThresholdObjective:
