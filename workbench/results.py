@@ -149,8 +149,8 @@ def leaderboard_figures(df, cfg, ceilings=None, command: str | None = None,
     """The figures of a leaderboard run (``df``: its table; ``cfg``: its
     :class:`~workbench.leaderboard.config.LeaderboardConfig`): per decoded row, ``tpf``, ``speedup`` (tokens/s ÷ AR
     greedy's), ``lossless``, ``agree_serial`` and the ``ceiling_tpf`` its decoder is measured against (and on a task,
-    ``pass@1`` and ``aup``); per ceiling, its SOL value. ``command`` is the command that reproduces the run (the
-    leaderboard passes :func:`options_command` of its config; default: the prompts, lengths and precision only);
+    ``pass@1`` and ``aup``); per ceiling, its SOL value. ``command`` is the command that reproduces the run (default:
+    :func:`options_command` of a config dataclass ``cfg``, every option that differs from its default);
     the figures of the ``sampling`` decoders record :data:`SAMPLING_SEED`, the others no seed. Keys:
     ``leaderboard/<model>/<mode>/<decoder>/B<B>/t<τ>/<metric>``,
     with the task's name (``humaneval``) in place of the mode for a task run."""
@@ -158,6 +158,9 @@ def leaderboard_figures(df, cfg, ceilings=None, command: str | None = None,
 
     setting = (f"{cfg.n_prompts} {cfg.split} prompts of {cfg.corpus}, {cfg.prompt_len}-token prompts × {cfg.gen_len} "
                f"tokens, {cfg.precision}, batch {cfg.batch_size}")
+    if command is None and dataclasses.is_dataclass(cfg):
+        command = options_command("workbench leaderboard", cfg, dataclass_defaults(type(cfg)),
+                                  bare_flags=getattr(cfg, "BARE_FLAGS", ()))
     command = command or (f"workbench leaderboard --model {cfg.model} --n_prompts {cfg.n_prompts} --prompt_len "
                           f"{cfg.prompt_len} --gen_len {cfg.gen_len} --block_lengths \"{list(cfg.block_lengths)}\" "
                           f"--thresholds \"{list(cfg.thresholds)}\" --precision {cfg.precision} --batch_size "

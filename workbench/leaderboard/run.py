@@ -242,12 +242,10 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
         (out / "config.json").write_text(json.dumps({**asdict(cfg), "wall_s": wall, "n_prompts_used": len(prompts)},
                                                     indent=2) + "\n")
     if cfg.results_table:
-        from ..results import append_results, dataclass_defaults, leaderboard_figures, options_command
+        from ..results import append_results, leaderboard_figures
 
-        command = options_command("workbench leaderboard", cfg, dataclass_defaults(LeaderboardConfig),
-                                  bare_flags=LeaderboardConfig.BARE_FLAGS)
         sampling = {name for name, spec in load_decoders().items() if spec.temperature}
-        append_results(leaderboard_figures(df, cfg, ceilings, command=command, sampling=sampling), cfg.results_table)
+        append_results(leaderboard_figures(df, cfg, ceilings, sampling=sampling), cfg.results_table)
     return df, Path(cfg.out_dir)
 
 
