@@ -11,12 +11,16 @@
 #   make test-docs  - every README task block and guide main block, run as written on tiny with small sizes
 #                     (tests/test_docs_run.py, docs/development/testing.md; .ci/run runs it after make test-team)
 #   make docs       - the documentation site, warnings as errors (docs/_build/html)
-.PHONY: env env-team demo demo-tiny test test-team test-docs test-all bench docs
+.PHONY: env env-dev env-team demo demo-tiny test test-team test-docs test-all bench docs
 
-# make demo installs workbench[dev]; the tests also need the team extra (PostgreSQL server and driver,
-# optuna-dashboard, MLflow, W&B: about 20 s of pip on top, docs/guides/team-sweeps.md).
+# make demo installs workbench's runtime only (its cold set-up counts in its 15 minutes); make docs adds the dev
+# extra (Sphinx), make test dev and team (pytest; PostgreSQL server and driver, optuna-dashboard, MLflow, W&B:
+# about 20 s of pip on top of dev, docs/guides/team-sweeps.md).
 env:
 	@bash scripts/setup_env.sh
+
+env-dev:
+	@WORKBENCH_EXTRAS=dev bash scripts/setup_env.sh
 
 env-team:
 	@WORKBENCH_EXTRAS=dev,team bash scripts/setup_env.sh
@@ -50,5 +54,5 @@ bench: env-team
 	.venv/bin/python benchmarks/run_all.py
 
 # The documentation site (Sphinx + MyST), warnings as errors, into docs/_build/html (the tests build it too).
-docs: env
+docs: env-dev
 	.venv/bin/python -m sphinx -W --keep-going -b html docs docs/_build/html

@@ -3,16 +3,18 @@
 #  * GPU machine whose python already has a CUDA torch: the venv reuses it (--system-site-packages),
 #    so the user's CUDA build is kept.
 #  * CPU machine: the CPU wheel torch==2.13.0 is installed first and pinned, so nothing pulls CUDA.
-#  * WORKBENCH_EXTRAS (default: dev) names the pip extras installed with the package: `make test` asks for
-#    dev,team (PostgreSQL server and driver, optuna-dashboard, MLflow, W&B: the team tools' tests), `make demo`
-#    for dev only. Each set of extras has its own stamp, so a venv made by `make demo` gets the team extras
-#    added by the first `make test`.
+#  * WORKBENCH_EXTRAS (default: none) names the pip extras installed with the package: `make demo` needs none
+#    (the runtime only: a cold set-up is the demo's budget too), `make docs` asks for dev (Sphinx), `make test` for
+#    dev,team (pytest, Sphinx, and the team tools' PostgreSQL server and driver, optuna-dashboard, MLflow, W&B).
+#    Each set of extras has its own stamp, so a venv made by `make demo` gets the others added by the first
+#    `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 VENV=.venv
-EXTRAS="${WORKBENCH_EXTRAS:-dev}"
+EXTRAS="${WORKBENCH_EXTRAS:-}"
 STAMP="$VENV/.workbench-installed-${EXTRAS//,/-}"
+TARGET="."; [[ -n "$EXTRAS" ]] && TARGET=".[$EXTRAS]"
 if [[ -f "$STAMP" && "$STAMP" -nt pyproject.toml ]]; then exit 0; fi
 
 if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
@@ -30,8 +32,8 @@ else
 fi
 # Pin the installed torch so no dependency can upgrade it (and drag CUDA wheels in).
 CONSTRAINTS="$(mktemp)"; echo "$TORCH_PIN" > "$CONSTRAINTS"
-echo "[setup] installing workbench[$EXTRAS]"
-"$VENV/bin/pip" install -q -c "$CONSTRAINTS" -e ".[$EXTRAS]"
+echo "[setup] installing workbench${EXTRAS:+[$EXTRAS]}"
+"$VENV/bin/pip" install -q -c "$CONSTRAINTS" -e "$TARGET"
 rm -f "$CONSTRAINTS"
 touch "$STAMP"
 echo "[setup] environment ready in $VENV"

@@ -345,12 +345,12 @@ def test_teacher_forced_tau_hand_case():
 
 
 def test_diffusion_paths_without_mask_token_name_the_flag(ar_checkpoint):
-    from workbench.tokenizer import TokenizerError
+    from workbench.decoding.base import DecodeError
 
     model, tok, _ = load_model(str(ar_checkpoint))
     assert not model.has_mask_token
     get_policy("ar_greedy")(model, [[1, 2, 3]], 4)                       # AR needs no mask token
-    with pytest.raises(TokenizerError, match="--add_mask_token"):
+    with pytest.raises(DecodeError, match="no mask token.*--add_mask_token"):
         get_policy("confidence")(model, [[1, 2, 3]], 4, block_length=4)
 
 

@@ -145,12 +145,13 @@ def latest(rows: list[dict]) -> dict[str, dict]:
 
 
 def leaderboard_figures(df, cfg, ceilings=None, command: str | None = None,
-                        sampling: frozenset[str] | set[str] = frozenset()) -> list[dict]:
+                        sampling: frozenset[str] | set[str] = frozenset(), wall_s: float | None = None) -> list[dict]:
     """The figures of a leaderboard run (``df``: its table; ``cfg``: its
     :class:`~workbench.leaderboard.config.LeaderboardConfig`): per decoded row, ``tpf``, ``speedup`` (tokens/s ÷ AR
     greedy's), ``lossless``, ``agree_serial`` and the ``ceiling_tpf`` its decoder is measured against (and on a task,
-    ``pass@1`` and ``aup``); per ceiling, its SOL value. ``command`` is the command that reproduces the run (default:
-    :func:`options_command` of a config dataclass ``cfg``, every option that differs from its default);
+    ``pass@1``, ``aup`` and ``tokens_per_s``, and with ``wall_s`` the run's wall time); per ceiling, its SOL value.
+    ``command`` is the command that reproduces the run (default: :func:`options_command` of a config dataclass
+    ``cfg``, every option that differs from its default);
     the figures of the ``sampling`` decoders record :data:`SAMPLING_SEED`, the others no seed. Keys:
     ``leaderboard/<model>/<mode>/<decoder>/B<B>/t<τ>/<metric>``,
     with the task's name (``humaneval``) in place of the mode for a task run."""
@@ -172,6 +173,8 @@ def leaderboard_figures(df, cfg, ceilings=None, command: str | None = None,
     base = {"model": cfg.model, "adapter": cfg.adapter, "command": command, "setting": setting}
     units = {"tpf": "tokens per target forward", "speedup": "× AR greedy tokens/s", "lossless": "bool",
              "agree_serial": "token agreement", "pass@1": "share of problems passed", "aup": "AUP (d3LLM)"}
+    if task:                                    # a task's speed in absolute terms too (its answers' lengths vary)
+        units["tokens_per_s"] = "tokens/s"
     figures = []
     for _, r in df.iterrows():
         if r.get("status") != "ok":
@@ -196,6 +199,10 @@ def leaderboard_figures(df, cfg, ceilings=None, command: str | None = None,
                                           f"B{int(c['block_length'])}"
                                           f"/sol", "metric": "sol", "value": float(c["sol"]),
                             "unit": "tokens per forward", "target": None, "seed": None})
+    if task and wall_s is not None:
+        figures.append({**base, "key": f"leaderboard/{cfg.model}/{task}/wall_s", "metric": "wall_s",
+                        "value": float(wall_s), "unit": "s (decoding and scoring, model loaded)", "target": None,
+                        "seed": None})
     return figures
 
 

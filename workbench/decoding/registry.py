@@ -145,8 +145,8 @@ class DecoderSpec:
         family = getattr(model, "family", None)
         modes = getattr(model, "modes", None)
         if self.mode == "diffusion" and not getattr(model, "has_mask_token", True):
-            raise DecodeError(f"decoder {self.name} decodes in diffusion mode, which needs a mask token, and this "
-                              "checkpoint's tokenizer has none: pass --add_mask_token true (a new, untrained row: "
+            raise DecodeError(f"this checkpoint's tokenizer has no mask token, and decoder {self.name} decodes in "
+                              "diffusion mode, which needs one: pass --add_mask_token true (a new, untrained row: "
                               "mechanics only) or pick an AR decoder")
         if family is None or modes is None or self.mode in modes:
             return

@@ -245,7 +245,7 @@ def run_leaderboard(cfg: LeaderboardConfig, model=None, tokenizer=None, decode_c
         from ..results import append_results, leaderboard_figures
 
         sampling = {name for name, spec in load_decoders().items() if spec.temperature}
-        append_results(leaderboard_figures(df, cfg, ceilings, sampling=sampling), cfg.results_table)
+        append_results(leaderboard_figures(df, cfg, ceilings, sampling=sampling, wall_s=wall), cfg.results_table)
     return df, Path(cfg.out_dir)
 
 
