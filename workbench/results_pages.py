@@ -44,7 +44,7 @@ CEILING_OF = {"ss_linear": "ar_greedy", "ss_quadratic": "ar_greedy", "isd": "ar_
 #: Leaderboard metrics as table columns, in order, with their headers.
 BOARD_COLUMNS = {"tpf": "tokens per forward", "speedup": "speed vs AR greedy", "lossless": "lossless",
                  "agree_serial": "agreement with serial", "ceiling_tpf": "ceiling", "pass@1": "pass@1",
-                 "aup": "AUP"}
+                 "aup": "AUP", "tokens_per_s": "tokens/s"}
 #: Run-to-run spread measured outside the table (the lab notebook), quoted on the methodology page.
 MEASURED_SPREAD = (
     "`make demo` wall time, six clean-clone runs with the shipped tiny model (lab notebook): `workbench demo` "
@@ -233,9 +233,12 @@ def leaderboard_table(rows: list[dict], page: str) -> list[str]:
     (:data:`BOARD_COLUMNS`), its SOL ceilings in a line under the table, and a note for each row above its
     ceiling (:func:`workbench.results.above_ceiling`)."""
     decoded: dict[tuple, dict] = {}
-    ceilings = []
+    ceilings, walls = [], []
     for r in rows:
         parts = r["key"].split("/")
+        if r["metric"] == "wall_s":                              # a task run's wall time: one figure per run
+            walls.append(f"{float(r['value']):.0f} {r.get('unit') or 's'}")
+            continue
         if parts[3].startswith("SOL("):
             ceilings.append(f"{parts[3]} {_short(r['value'])} at B = {parts[4].removeprefix('B')}")
             continue
@@ -267,6 +270,8 @@ def leaderboard_table(rows: list[dict], page: str) -> list[str]:
                          f"{ABOVE_CEILING.get(decoder, 'not explained yet')}")
     if ceilings:
         lines += ["", "Ceilings (tokens per forward): " + "; ".join(ceilings) + "."]
+    if walls:
+        lines += ["", "Wall time: " + "; ".join(walls) + "."]
     if notes:
         lines += ["", *notes]
     return lines
