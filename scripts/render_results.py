@@ -1,10 +1,10 @@
 """Render the README's headline table and the results pages from the results table (``benchmarks/results.jsonl``).
 
-    python scripts/render_results.py            # rewrite the README's headline block and docs/results/<name>.md
+    python scripts/render_results.py            # rewrite the README's two blocks and docs/results/<name>.md
     python scripts/render_results.py --check    # exit 1 if the README's block or a page is not what the table gives
 
-The block is :func:`workbench.results.headline_markdown` of the table's current figures (the latest line of each
-key) for :data:`HEADLINE_MODEL`; ``tests/test_docs.py`` checks that the README holds exactly that. The pages are
+The headline block is :func:`workbench.results.headline_markdown` of the table's current figures (the latest line
+of each key) for :data:`HEADLINE_MODEL`, the HumanEval block :func:`workbench.results.task_markdown`; ``tests/test_docs.py`` checks that the README holds exactly that. The pages are
 :func:`workbench.results_pages.results_pages` (one per model, the benchmark figures, the methodology), written to
 :data:`PAGES_DIR`; ``tests/test_results_pages.py`` checks them.
 """
@@ -17,11 +17,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workbench.results import RESULTS_TABLE, headline_markdown, load_results  # noqa: E402
+from workbench.results import RESULTS_TABLE, headline_markdown, load_results, task_markdown  # noqa: E402
 from workbench.results_pages import results_pages  # noqa: E402
 
 README = ROOT / "README.md"
 START, END = "<!-- headline:start -->", "<!-- headline:end -->"
+#: The README's HumanEval table (:func:`workbench.results.task_markdown`).
+TASK_START, TASK_END = "<!-- humaneval:start -->", "<!-- humaneval:end -->"
 #: The model whose leaderboard figures make the headline (the demo's).
 HEADLINE_MODEL = "smollm2-135m-trimode"
 #: Where the results pages are written (one ``<name>.md`` per page; the folder holds nothing else).
@@ -29,13 +31,17 @@ PAGES_DIR = ROOT / "docs" / "results"
 
 
 def render(readme: str, table: Path = RESULTS_TABLE) -> str:
-    """``readme`` with the headline block replaced by the table's rendering. Raises ``ValueError`` when the markers
-    are missing."""
-    if START not in readme or END not in readme:
-        raise ValueError(f"README has no {START} … {END} block")
-    head, rest = readme.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{headline_markdown(load_results(table), HEADLINE_MODEL)}\n{END}{tail}"
+    """``readme`` with the headline block and the HumanEval block replaced by the table's renderings. Raises
+    ``ValueError`` when a block's markers are missing."""
+    rows = load_results(table)
+    for start, end, text in ((START, END, lambda: headline_markdown(rows, HEADLINE_MODEL)),
+                             (TASK_START, TASK_END, lambda: task_markdown(rows, "humaneval"))):
+        if start not in readme or end not in readme:
+            raise ValueError(f"README has no {start} … {end} block")
+        head, rest = readme.split(start, 1)
+        _, tail = rest.split(end, 1)
+        readme = f"{head}{start}\n{text()}\n{end}{tail}"
+    return readme
 
 
 def pages(table: Path = RESULTS_TABLE) -> dict[str, str]:

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from workbench.results import append_results, headline_markdown, latest, leaderboard_figures, load_results
+from workbench.results import (append_results, headline_markdown, latest, leaderboard_figures, load_results,
+                               task_markdown)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,6 +60,28 @@ def test_leaderboard_figures_render_the_headline(tmp_path):
     assert "Setting: `m`, 4 test prompts of stdlib" in md and "workbench leaderboard --model m" in md
     with pytest.raises(ValueError, match="no free-running leaderboard figure of other"):
         headline_markdown(load_results(table), "other")
+
+
+def test_a_task_run_renders_the_task_table(tmp_path):
+    """A HumanEval run's figures: pass@1, tokens/s and the run's wall time per model, none under the free-running
+    keys, rendered into the README's task table (the AR row's B as '–')."""
+    cfg, df = _board()
+    cfg.task, cfg.problems, cfg.prompt_format = "humaneval", None, "chat"
+    df = df[df["status"] == "ok"].assign(**{"pass@1": [0.5, 0.25, 0.5], "aup": [50.0, 30.0, 60.0],
+                                            "tokens_per_s": [10.0, 7.5, 12.0]})
+    figures = leaderboard_figures(df, cfg, wall_s=600.0)
+    keys = {f["key"] for f in figures}
+    assert "leaderboard/m/humaneval/wall_s" in keys and not any("/free/" in k for k in keys)
+    table = tmp_path / "r.jsonl"
+    append_results(figures, table)
+    md = task_markdown(load_results(table))
+    assert [line for line in md.splitlines() if line.startswith("| `")] == [
+        "| `m` | `ar_greedy` | – | – | 0.500 | 1.00 | 10.0 |",
+        "| `m` | `confidence` | 8 | 0.9 | 0.250 | 1.50 | 7.5 |",
+        "| `m` | `ss_linear` | 8 | – | 0.500 | 2.80 | 12.0 |"]
+    assert "humaneval problems all (chat format), up to 32 tokens" in md and "wall time 10 min" in md
+    with pytest.raises(ValueError, match="no gsm8k figure"):
+        task_markdown(load_results(table), "gsm8k")
 
 
 def test_the_recorded_command_reproduces_the_setting():

@@ -324,7 +324,48 @@ def headline_markdown(rows: list[dict], model: str, block_length: int = 8, thres
     return "\n".join(lines)
 
 
+def task_markdown(rows: list[dict], task: str = "humaneval") -> str:
+    """The README's task-accuracy table from the results table's current figures (:func:`latest`): one line per model
+    and decoder setting of every ``leaderboard/<model>/<task>/…`` figure, with pass@1, tokens per forward and
+    tokens/s, then one setting line per model (problems, format, budget, precision, machine, commit, date, wall time,
+    command). Raises ``ValueError`` when the table has no figure of ``task``."""
+    cur = latest(rows)
+    by_model: dict[str, dict[tuple, dict]] = {}
+    walls: dict[str, dict] = {}
+    for key, row in cur.items():
+        parts = key.split("/")
+        if parts[0] != "leaderboard" or len(parts) < 4 or parts[2] != task:
+            continue
+        if row["metric"] == "wall_s":
+            walls[parts[1]] = row
+        elif len(parts) == 7 and not parts[3].startswith("SOL("):
+            by_model.setdefault(parts[1], {}).setdefault((parts[3], parts[4], parts[5]), {})[row["metric"]] = row
+    if not by_model:
+        raise ValueError(f"the results table has no {task} figure")
+
+    def cell(metrics: dict, metric: str, fmt: str) -> str:
+        row = metrics.get(metric)
+        return "" if row is None else format(row["value"], fmt)
+
+    lines = ["| model | decoder | B | τ | pass@1 | tokens per forward | tokens/s |", "|---|---|---|---|---|---|---|"]
+    settings = []
+    for model, decoded in by_model.items():
+        for (decoder, b, t), metrics in decoded.items():
+            lines.append(f"| `{model}` | `{decoder}` | {'–' if b == 'B0' else b[1:]} | "
+                         f"{t.removeprefix('t') or '–'} | "
+                         f"{cell(metrics, 'pass@1', '.3f')} | {cell(metrics, 'tpf', '.2f')} | "
+                         f"{cell(metrics, 'tokens_per_s', '.1f')} |")
+        first = next(r for m in decoded.values() for r in m.values())
+        m = first.get("machine") or {}
+        gpu = f", {m['gpu']}" if m.get("gpu") else ""
+        wall = walls.get(model)
+        wall_s = f"; wall time {wall['value'] / 60:.0f} min" if wall else ""
+        settings.append(f"`{model}`: {first['setting']}; {m.get('cpu', '?')} ({m.get('cores', '?')} cores{gpu}); "
+                        f"commit {first.get('commit')}, {first.get('date')}{wall_s}. Command: `{first['command']}`.")
+    return "\n".join(lines + [""] + [f"- {s}" for s in settings])
+
+
 __all__ = ["RESULTS_TABLE", "FIELDS", "PROVENANCE", "VERSIONED", "SAMPLING_SEED", "machine", "commit", "versions",
            "missing_provenance", "append_results", "load_results", "latest", "NOT_MEASURED", "dataclass_defaults",
            "options_command",
-           "leaderboard_figures", "headline_markdown", "HEADLINE_DECODERS", "ABOVE_CEILING", "above_ceiling"]
+           "leaderboard_figures", "headline_markdown", "task_markdown", "HEADLINE_DECODERS", "ABOVE_CEILING", "above_ceiling"]
