@@ -76,10 +76,18 @@ def test_a_task_run_renders_the_task_table(tmp_path):
     append_results(figures, table)
     md = task_markdown(load_results(table))
     assert [line for line in md.splitlines() if line.startswith("| `")] == [
-        "| `m` | `ar_greedy` | – | – | 0.500 | 1.00 | 10.0 |",
-        "| `m` | `confidence` | 8 | 0.9 | 0.250 | 1.50 | 7.5 |",
-        "| `m` | `ss_linear` | 8 | – | 0.500 | 2.80 | 12.0 |"]
+        "| `m` | all | `ar_greedy` | – | – | 0.500 | 1.00 | 10.0 |",
+        "| `m` | all | `confidence` | 8 | 0.9 | 0.250 | 1.50 | 7.5 |",
+        "| `m` | all | `ss_linear` | 8 | – | 0.500 | 2.80 | 12.0 |"]
     assert "humaneval problems all (chat format), up to 32 tokens" in md and "wall time 10 min" in md
+    # a subset of the problems is a figure of its own: it never replaces the whole task's
+    cfg.problems = "HumanEval/0,HumanEval/5"
+    sub = leaderboard_figures(df.assign(**{"pass@1": [1.0, 0.0, 1.0]}), cfg)
+    assert all("/humaneval[HumanEval-0,HumanEval-5]/" in f["key"] for f in sub)
+    append_results(sub, table)
+    md = task_markdown(load_results(table))
+    assert "| `m` | all | `ar_greedy` | – | – | 0.500 | 1.00 | 10.0 |" in md
+    assert "| `m` | HumanEval-0,HumanEval-5 | `ar_greedy` | – | – | 1.000 | 1.00 | 10.0 |" in md
     with pytest.raises(ValueError, match="no gsm8k figure"):
         task_markdown(load_results(table), "gsm8k")
 

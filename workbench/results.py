@@ -154,7 +154,8 @@ def leaderboard_figures(df, cfg, ceilings=None, command: str | None = None,
     ``cfg``, every option that differs from its default);
     the figures of the ``sampling`` decoders record :data:`SAMPLING_SEED`, the others no seed. Keys:
     ``leaderboard/<model>/<mode>/<decoder>/B<B>/t<τ>/<metric>``,
-    with the task's name (``humaneval``) in place of the mode for a task run."""
+    with the task's name (``humaneval``) in place of the mode for a task run, and its problems beside it for a subset
+    (``humaneval[0:20]``: ``/`` in task ids written ``-``), so that a subset never replaces the whole task's figure."""
     import math
 
     setting = (f"{cfg.n_prompts} {cfg.split} prompts of {cfg.corpus}, {cfg.prompt_len}-token prompts × {cfg.gen_len} "
@@ -167,6 +168,9 @@ def leaderboard_figures(df, cfg, ceilings=None, command: str | None = None,
                           f"--thresholds \"{list(cfg.thresholds)}\" --precision {cfg.precision} --batch_size "
                           f"{cfg.batch_size}")
     task = getattr(cfg, "task", None)
+    problems = getattr(cfg, "problems", None) if task else None
+    # a subset of a task's problems is its own figure, never the whole task's: humaneval[0:20]
+    scope = f"{task}[{problems.replace('/', '-')}]" if problems else task
     if task:                                    # a task run: its problems, not corpus prompts
         setting = (f"{task} problems {cfg.problems or 'all'} ({cfg.prompt_format} format), up to {cfg.gen_len} tokens, "
                    f"{cfg.precision}, batch {cfg.batch_size}")
@@ -184,7 +188,7 @@ def leaderboard_figures(df, cfg, ceilings=None, command: str | None = None,
                      + (f", SOL({ceiling})" if isinstance(ceiling, str) else "")}
         t = r.get("threshold")
         # a task's figures never overwrite the corpus prompts' under one key: the task names them, not the mode
-        tag = f"leaderboard/{cfg.model}/{task or r['mode']}/{r['decoder']}/B{int(r['block_length'])}/" \
+        tag = f"leaderboard/{cfg.model}/{scope or r['mode']}/{r['decoder']}/B{int(r['block_length'])}/" \
               f"t{'' if t is None or (isinstance(t, float) and math.isnan(t)) else t}"
         for metric, unit in row_units.items():
             value = r.get(metric)
@@ -195,12 +199,12 @@ def leaderboard_figures(df, cfg, ceilings=None, command: str | None = None,
                             "seed": SAMPLING_SEED if r["decoder"] in sampling else None})
     if ceilings is not None and len(ceilings):
         for _, c in ceilings.iterrows():
-            figures.append({**base, "key": f"leaderboard/{cfg.model}/{task or 'free'}/SOL({c['ceiling']})/"
+            figures.append({**base, "key": f"leaderboard/{cfg.model}/{scope or 'free'}/SOL({c['ceiling']})/"
                                           f"B{int(c['block_length'])}"
                                           f"/sol", "metric": "sol", "value": float(c["sol"]),
                             "unit": "tokens per forward", "target": None, "seed": None})
     if task and wall_s is not None:
-        figures.append({**base, "key": f"leaderboard/{cfg.model}/{task}/wall_s", "metric": "wall_s",
+        figures.append({**base, "key": f"leaderboard/{cfg.model}/{scope}/wall_s", "metric": "wall_s",
                         "value": float(wall_s), "unit": "s (decoding and scoring, model loaded)", "target": None,
                         "seed": None})
     return figures
@@ -325,21 +329,23 @@ def headline_markdown(rows: list[dict], model: str, block_length: int = 8, thres
 
 
 def task_markdown(rows: list[dict], task: str = "humaneval") -> str:
-    """The README's task-accuracy table from the results table's current figures (:func:`latest`): one line per model
-    and decoder setting of every ``leaderboard/<model>/<task>/…`` figure, with pass@1, tokens per forward and
-    tokens/s, then one setting line per model (problems, format, budget, precision, machine, commit, date, wall time,
-    command). Raises ``ValueError`` when the table has no figure of ``task``."""
+    """The README's task-accuracy table from the results table's current figures (:func:`latest`): one line per run
+    (model and problems: ``all`` or the subset of a ``<task>[<problems>]`` key) and decoder setting of every
+    ``leaderboard/<model>/<task>…/`` figure, with pass@1, tokens per forward and tokens/s, then one setting line per
+    run (format, budget, precision, machine, commit, date, wall time, command). Raises ``ValueError`` when the table
+    has no figure of ``task``."""
     cur = latest(rows)
-    by_model: dict[str, dict[tuple, dict]] = {}
-    walls: dict[str, dict] = {}
+    by_model: dict[tuple[str, str], dict[tuple, dict]] = {}
+    walls: dict[tuple[str, str], dict] = {}
     for key, row in cur.items():
         parts = key.split("/")
-        if parts[0] != "leaderboard" or len(parts) < 4 or parts[2] != task:
+        if parts[0] != "leaderboard" or len(parts) < 4 or not (parts[2] == task or parts[2].startswith(task + "[")):
             continue
+        run = (parts[1], parts[2][len(task) + 1:-1] or "all")          # (model, problems)
         if row["metric"] == "wall_s":
-            walls[parts[1]] = row
+            walls[run] = row
         elif len(parts) == 7 and not parts[3].startswith("SOL("):
-            by_model.setdefault(parts[1], {}).setdefault((parts[3], parts[4], parts[5]), {})[row["metric"]] = row
+            by_model.setdefault(run, {}).setdefault((parts[3], parts[4], parts[5]), {})[row["metric"]] = row
     if not by_model:
         raise ValueError(f"the results table has no {task} figure")
 
@@ -347,20 +353,21 @@ def task_markdown(rows: list[dict], task: str = "humaneval") -> str:
         row = metrics.get(metric)
         return "" if row is None else format(row["value"], fmt)
 
-    lines = ["| model | decoder | B | τ | pass@1 | tokens per forward | tokens/s |", "|---|---|---|---|---|---|---|"]
+    lines = ["| model | problems | decoder | B | τ | pass@1 | tokens per forward | tokens/s |",
+             "|---|---|---|---|---|---|---|---|"]
     settings = []
-    for model, decoded in by_model.items():
+    for (model, problems), decoded in by_model.items():
         for (decoder, b, t), metrics in decoded.items():
-            lines.append(f"| `{model}` | `{decoder}` | {'–' if b == 'B0' else b[1:]} | "
+            lines.append(f"| `{model}` | {problems} | `{decoder}` | {'–' if b == 'B0' else b[1:]} | "
                          f"{t.removeprefix('t') or '–'} | "
                          f"{cell(metrics, 'pass@1', '.3f')} | {cell(metrics, 'tpf', '.2f')} | "
                          f"{cell(metrics, 'tokens_per_s', '.1f')} |")
         first = next(r for m in decoded.values() for r in m.values())
         m = first.get("machine") or {}
         gpu = f", {m['gpu']}" if m.get("gpu") else ""
-        wall = walls.get(model)
+        wall = walls.get((model, problems))
         wall_s = f"; wall time {wall['value'] / 60:.0f} min" if wall else ""
-        settings.append(f"`{model}`: {first['setting']}; {m.get('cpu', '?')} ({m.get('cores', '?')} cores{gpu}); "
+        settings.append(f"`{model}`, problems {problems}: {first['setting']}; {m.get('cpu', '?')} ({m.get('cores', '?')} cores{gpu}); "
                         f"commit {first.get('commit')}, {first.get('date')}{wall_s}. Command: `{first['command']}`.")
     return "\n".join(lines + [""] + [f"- {s}" for s in settings])
 
