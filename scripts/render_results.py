@@ -35,7 +35,7 @@ def render(readme: str, table: Path = RESULTS_TABLE) -> str:
     ``ValueError`` when a block's markers are missing."""
     rows = load_results(table)
     for start, end, text in ((START, END, lambda: headline_markdown(rows, HEADLINE_MODEL)),
-                             (TASK_START, TASK_END, lambda: task_markdown(rows, "humaneval"))):
+                             (TASK_START, TASK_END, lambda: task_markdown(rows, "humaneval", subsets=False))):
         if start not in readme or end not in readme:
             raise ValueError(f"README has no {start} … {end} block")
         head, rest = readme.split(start, 1)

@@ -328,12 +328,13 @@ def headline_markdown(rows: list[dict], model: str, block_length: int = 8, thres
     return "\n".join(lines)
 
 
-def task_markdown(rows: list[dict], task: str = "humaneval") -> str:
+def task_markdown(rows: list[dict], task: str = "humaneval", subsets: bool = True) -> str:
     """The README's task-accuracy table from the results table's current figures (:func:`latest`): one line per run
     (model and problems: ``all`` or the subset of a ``<task>[<problems>]`` key) and decoder setting of every
     ``leaderboard/<model>/<task>…/`` figure, with pass@1, tokens per forward and tokens/s, then one setting line per
-    run (format, budget, precision, machine, commit, date, wall time, command). Raises ``ValueError`` when the table
-    has no figure of ``task``."""
+    run (format, budget, precision, machine, commit, date, wall time, command). ``subsets`` False leaves the runs on a
+    subset of the problems out (the README's table: the results pages list them). Raises ``ValueError`` when the
+    table has no figure of ``task``."""
     cur = latest(rows)
     by_model: dict[tuple[str, str], dict[tuple, dict]] = {}
     walls: dict[tuple[str, str], dict] = {}
@@ -342,6 +343,8 @@ def task_markdown(rows: list[dict], task: str = "humaneval") -> str:
         if parts[0] != "leaderboard" or len(parts) < 4 or not (parts[2] == task or parts[2].startswith(task + "[")):
             continue
         run = (parts[1], parts[2][len(task) + 1:-1] or "all")          # (model, problems)
+        if not subsets and run[1] != "all":
+            continue
         if row["metric"] == "wall_s":
             walls[run] = row
         elif len(parts) == 7 and not parts[3].startswith("SOL("):
@@ -367,7 +370,7 @@ def task_markdown(rows: list[dict], task: str = "humaneval") -> str:
         gpu = f", {m['gpu']}" if m.get("gpu") else ""
         wall = walls.get((model, problems))
         wall_s = f"; wall time {wall['value'] / 60:.0f} min" if wall else ""
-        settings.append(f"`{model}`, problems {problems}: {first['setting']}; {m.get('cpu', '?')} ({m.get('cores', '?')} cores{gpu}); "
+        settings.append(f"`{model}`{'' if problems == 'all' else f', problems {problems}'}: {first['setting']}; {m.get('cpu', '?')} ({m.get('cores', '?')} cores{gpu}); "
                         f"commit {first.get('commit')}, {first.get('date')}{wall_s}. Command: `{first['command']}`.")
     return "\n".join(lines + [""] + [f"- {s}" for s in settings])
 
