@@ -200,3 +200,28 @@ def test_the_dashboard_page_shows_the_study_in_headless_chromium(cli, tmp_path, 
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000          # a page, not a blank image
     if os.environ.get("WORKBENCH_DASHBOARD_SHOT"):
         shutil.copy(shot, os.environ["WORKBENCH_DASHBOARD_SHOT"])
+
+
+def test_a_trial_created_as_the_connection_went_is_failed_and_retried(tmp_path):
+    """A RUNNING trial that no worker marked and that started before the connection was lost (its worker never
+    learnt of it) is failed and retried on reconnecting; another worker's marked trial, and an unmarked one started
+    afterwards (a live worker about to mark it), are left alone."""
+    import datetime
+
+    import optuna
+
+    from workbench.tune.storage import fail_own_trials
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
+    orphan = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    other = study.ask()
+    other.set_user_attr("worker", "elsewhere:1")
+    lost_at = datetime.datetime.now()
+    later = study.ask()
+    assert fail_own_trials(study, unmarked_before=lost_at) == [orphan.number]
+    states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+    assert states[orphan.number] == optuna.trial.TrialState.FAIL
+    assert states[other.number] == states[later.number] == optuna.trial.TrialState.RUNNING
+    retry = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    assert [t.params for t in retry] == [orphan.params]
+    assert fail_own_trials(study) == []                          # without the loss time: only this worker's own

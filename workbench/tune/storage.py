@@ -19,6 +19,7 @@ database for a rerun (:func:`wait_for_storage`). URLs are shown with their passw
 """
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 import time
@@ -214,6 +215,7 @@ def wait_for_storage(study: optuna.Study, error: BaseException, seconds: float, 
     answer in time."""
     import sys
 
+    lost_at = datetime.datetime.now()
     rdb = rdb_backend(study)
     url, who = shown_url(str(rdb.url)), f"worker {worker_id()}"
     print(f"{command}: {who} lost the connection to {url} ({_reason(error)}); retrying for up to {seconds:g} s",
@@ -232,19 +234,23 @@ def wait_for_storage(study: optuna.Study, error: BaseException, seconds: float, 
                                        "is intact in the database: rerun the same command once the server is back")
         time.sleep(min(1.0, max(0.05, seconds - (time.monotonic() - t0))))
     rdb.scoped_session.remove()                  # a database session of the lost connection must not be reused
-    fail_own_trials(study)
+    fail_own_trials(study, unmarked_before=lost_at)
     print(f"{command}: {who} reconnected to {url} after {time.monotonic() - t0:.0f} s; its trial in flight is "
           "failed and retried", file=sys.stderr, flush=True)
 
 
-def fail_own_trials(study: optuna.Study) -> list[int]:
+def fail_own_trials(study: optuna.Study, unmarked_before: datetime.datetime | None = None) -> list[int]:
     """Fail the RUNNING trials this process (:func:`worker_id`) left behind (it is not running any now) and enqueue
-    their retries; returns their numbers."""
+    their retries; returns their numbers. With ``unmarked_before`` (when a connection was lost), also the RUNNING
+    trials that no worker marked (:func:`mark_worker`) and that started before it: a worker marks its trial first
+    thing, so such a trial was created as the connection went, and its worker never learnt of it."""
     from optuna.trial import TrialState
 
     me, failed, retry = worker_id(), [], _retry()
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if t.user_attrs.get("worker") == me:
+        orphan = (unmarked_before is not None and "worker" not in t.user_attrs and t.datetime_start is not None
+                  and t.datetime_start <= unmarked_before)
+        if t.user_attrs.get("worker") == me or orphan:
             try:
                 if study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
                     retry(study, study._storage.get_trial(t._trial_id))
