@@ -88,7 +88,7 @@ def _quiet_libraries() -> None:
 #: commands whose stage module is imported only when the command runs (its ``main(argv) -> int``), so a command and
 #: its one-line errors never pay for another stage's imports
 STAGE_COMMANDS = {
-    "demo": "workbench.demo.run", "evaluate": "workbench.evaluation.harness", "decode": "workbench.decoding.cli",
+    "demo": "workbench.demo.run", "evaluate": "workbench.evaluation.command", "decode": "workbench.decoding.cli",
     "collect": "workbench.trajectories.collect", "store": "workbench.trajectories.store_cli",
     "sol": "workbench.sol.run", "speculate": "workbench.speculative.cli", "drafter": "workbench.drafter.cli",
     "deer": "workbench.deer.cli", "diffuspec": "workbench.diffuspec.cli", "simsd": "workbench.simsd.cli",

@@ -322,10 +322,8 @@ def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFr
     to ``cfg.out_dir``. Returns (per-prompt rows, summary, run dir)."""
     from ..utils import check_out_dir, staged_dir
 
-    if cfg.task:
-        from .task import run_task_evaluate
-
-        return run_task_evaluate(cfg, model, tokenizer)
+    if cfg.task:                                # the command dispatches a task run (evaluation.command)
+        raise ValueError("run_evaluate decodes corpus prompts; a task run is evaluation.task.run_task_evaluate")
     cfg.validate()
     check_out_dir(cfg.out_dir, "evaluate")     # before minutes of decoding, without creating anything
     meta = None                                 # a model passed in has no workbench.json to check against
@@ -348,14 +346,3 @@ def run_evaluate(cfg: EvalConfig, model=None, tokenizer=None) -> tuple[pd.DataFr
                                                      default=float) + "\n")
         (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
     return df, summary, Path(cfg.out_dir)
-
-
-def main(argv: list[str]) -> int:
-    """``workbench evaluate``."""
-    from ..cli_args import parse_dataclass
-
-    cfg = parse_dataclass("workbench evaluate", EvalConfig, argv)
-    _, summary, out = run_evaluate(cfg)
-    print(summary.to_string(index=False))
-    print(f"results: {out / 'results.parquet'}" + (f"; samples: {out / 'samples.jsonl'}" if cfg.task else ""))
-    return 0

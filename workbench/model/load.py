@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from .families.prefix import family_prefix
 from .io import CheckpointError, load_checkpoint, read_workbench_json
 
 
@@ -63,30 +64,6 @@ def attach_adapter(model, tok, adapter_dir, trainable: bool = False):
     load_gated_lora(out, adapter_dir, trainable=trainable)
     out.backbone.to(dev)
     return out, tok
-
-
-def family_prefix(spec: str) -> tuple[str | None, str]:
-    """Split ``<family>:<folder>`` (a registered family forced on a checkpoint folder, e.g. ``idlm:/ckpt/I-DLM-8B``
-    whose config says ``sdar``) into ``(family, folder)``; any other value, or a path that exists as written
-    (a folder whose name holds a colon), gives ``(None, spec)``.
-
-    Raises :class:`~workbench.model.families.spec.FamilyError` (one line, listing the registered families) for
-    ``<name>:<path>`` whose name is not a family (``builtin:`` aside) while the value is not an existing path."""
-    import re
-    from pathlib import Path
-
-    head, sep, rest = spec.partition(":")
-    if not (sep and head and rest) or Path(spec).exists():
-        return None, spec
-    from .families.registry import FAMILIES
-    from .families.spec import FamilyError
-
-    if head in FAMILIES:
-        return head, rest
-    if head != "builtin" and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", head):
-        raise FamilyError(f"unknown model family {head!r} in {spec!r}; registered: {', '.join(sorted(FAMILIES))} "
-                          "(<family>:<folder> forces one; a folder alone is opened by its config.json)")
-    return None, spec
 
 
 def load_model(spec: str, device="cpu", add_mask_token: bool = False, dtype: torch.dtype = torch.float32,

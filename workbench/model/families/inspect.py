@@ -22,7 +22,7 @@ def describe(path: str | Path, family: str | None = None) -> list[str]:
     Raises :class:`~workbench.model.families.spec.FamilyError` (one line) for a folder that is not a checkpoint, an
     unknown family, a family's layout its weights do not fit, a guessed family under ``--strict_family``, or a bad
     attention implementation."""
-    from ..load import family_prefix
+    from .prefix import family_prefix
     from ..loading import attn_implementation
     from .builtin import TRAINING_ONLY
     from .load import backbone_config, block_size_of, check_layout, checkpoint_shapes, load_tokenizer, \
